@@ -1,0 +1,36 @@
+"""The application builder: `serve run` imports `deployments.app:build_app`.
+
+One application = Agent → (Model, Environment), bound with `.bind()`. Each
+tier is its own deployment with its own Serve options (see `gym_serve.config`).
+"""
+
+from __future__ import annotations
+
+from ray.serve import Application
+
+from deployments import agent, environment, replay_model
+from gym_serve.agent import AgentConfig
+from gym_serve.config import AppArgs, ModelRefArgs, ReplayModelArgs
+
+__all__ = ["build_app"]
+
+
+def build_app(args: AppArgs) -> Application:
+    """Bind the tiers of one application from its validated `args`."""
+    env_name = args.environment.name if args.environment else None
+    model = None
+    if isinstance(args.model, ReplayModelArgs):
+        options = args.model.deployment.serve_options(replay_model.DEFAULTS)
+        model = replay_model.ReplayModelDeployment.options(**options).bind(args.model, env_name)
+    if args.environment is None:
+        if model is None:
+            raise ValueError("an application without an environment must define its own model")
+        return model
+    env = environment.EnvironmentDeployment.options(
+        **args.environment.deployment.serve_options(environment.DEFAULTS)
+    ).bind(args.environment)
+    model_app = args.model.app if isinstance(args.model, ModelRefArgs) else None
+    config = AgentConfig.model_validate(args.agent.model_dump(exclude={"deployment"}))
+    return agent.AgentDeployment.options(**args.agent.deployment.serve_options(agent.DEFAULTS)).bind(
+        env, model, config, model_app
+    )

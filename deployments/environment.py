@@ -1,0 +1,34 @@
+"""The Environment tier: one environment's tools, seeding and verification behind a handle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import serve
+
+from gym_serve.config import EnvironmentArgs
+from gym_serve.env_runner import EnvRunner
+from gym_serve.registry import load_environment_class
+
+DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": 0}}
+
+
+@serve.deployment(name="Environment")
+class EnvironmentDeployment:
+    """Stateless between calls: per-rollout state travels with each call, so any replica serves any rollout."""
+
+    def __init__(self, args: EnvironmentArgs) -> None:
+        cls = load_environment_class(args.name)
+        self.runner = EnvRunner(cls(args.config))
+
+    async def describe(self) -> dict[str, Any]:
+        return self.runner.describe()
+
+    async def seed(self, row: dict[str, Any]) -> Any:
+        return await self.runner.seed(row)
+
+    async def call_tools(self, calls: list[dict[str, Any]], state: Any) -> tuple[list[dict[str, Any]], Any]:
+        return await self.runner.call_tools(calls, state)
+
+    async def verify(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> dict[str, Any]:
+        return await self.runner.verify(row, response, state)

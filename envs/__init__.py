@@ -1,0 +1,1 @@
+"""Environments: one package each, holding its tools, `verify`, example data and recordings."""

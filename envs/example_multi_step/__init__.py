@@ -1,0 +1,79 @@
+"""Several dependent tool calls: look up synonym values, then extract them in order.
+
+Rows (NeMo Gym's format) list terms and their synonyms in the system prompt
+and carry `expected_synonyms`, `expected_synonym_values` and a decoy term
+(`minefield_label`, `minefield_label_value`). The model must call
+`get_synonym_value` for each synonym of the term the user's query is about,
+then `extract_synonym_values` with the values in the listed order.
+
+Reward: 1.0 when the last `extract_synonym_values` call holds exactly the
+expected values in the expected order, else 0.0. Also reported:
+`parsed_synonym_values`, `accuracy`, `set_overlap` (fraction of expected
+values present), `original_term_minefield_hit` (the decoy's value was used)
+and `order_instruction_following_failure` (right values, wrong order).
+"""
+
+from __future__ import annotations
+
+import json
+
+from gym_serve import Environment, Response, Task, Verdict, tool
+
+
+def synonym_value(synonym: str) -> int:
+    """A synonym's value: the sum of its characters' code points (as NeMo Gym's environment computes it)."""
+    return sum(ord(c) for c in synonym)
+
+
+class SynonymTask(Task):
+    expected_synonym_values: list[int]
+    minefield_label_value: int | None = None
+
+
+class SynonymExtraction(Environment):
+    Task = SynonymTask
+
+    @tool
+    async def get_synonym_value(self, synonym: str) -> dict:
+        """Get the synonym value for a synonym.
+
+        Args:
+            synonym: The synonym to get the value for.
+        """
+        return {"synonym_value": synonym_value(synonym)}
+
+    @tool
+    async def extract_synonym_values(self, synonym_values: list[int]) -> dict:
+        """Extract the synonym values you retrieved for the term that is relevant to the user query.
+
+        Args:
+            synonym_values: The synonym values corresponding to the term for the user query.
+        """
+        return {"success": True}
+
+    async def verify(self, task: SynonymTask, response: Response, state: None) -> Verdict:
+        parsed = _extracted(response)
+        expected = task.expected_synonym_values
+        accuracy = parsed == expected
+        overlap = len(set(parsed) & set(expected)) / len(set(expected)) if expected else 0.0
+        return Verdict(
+            reward=1.0 if accuracy else 0.0,
+            fields={
+                "parsed_synonym_values": parsed,
+                "accuracy": accuracy,
+                "set_overlap": overlap,
+                "original_term_minefield_hit": task.minefield_label_value in parsed,
+                "order_instruction_following_failure": not accuracy and sorted(parsed) == sorted(expected),
+            },
+        )
+
+
+def _extracted(response: Response) -> list[int]:
+    for call in reversed(response.function_calls()):
+        if call.name == "extract_synonym_values":
+            try:
+                values = json.loads(call.arguments).get("synonym_values", [])
+            except (json.JSONDecodeError, AttributeError):
+                return []
+            return [v for v in values if isinstance(v, int)]
+    return []

@@ -1,0 +1,46 @@
+"""gym-serve: RL environments for LLMs and verified rollouts at scale, on Ray Serve.
+
+The environment contract (`Environment`, `tool`, `Task`, `Verdict`) and the
+wire types import without Ray; the driver, CLI and deployments use it.
+"""
+
+from gym_serve.agent import AgentConfig, run_episode
+from gym_serve.env_runner import EnvRunner
+from gym_serve.environment import Environment, Task, Verdict
+from gym_serve.errors import (
+    ConfigError,
+    EnvError,
+    GymServeError,
+    InputError,
+    ModelError,
+    RolloutError,
+    ToolError,
+    VerifyError,
+)
+from gym_serve.protocol import InputRow, Response, RolloutRow
+from gym_serve.replay import ReplayModel
+from gym_serve.tools import tool
+
+__all__ = sorted(
+    [
+        "AgentConfig",
+        "ConfigError",
+        "EnvError",
+        "EnvRunner",
+        "Environment",
+        "GymServeError",
+        "InputError",
+        "InputRow",
+        "ModelError",
+        "ReplayModel",
+        "Response",
+        "RolloutError",
+        "RolloutRow",
+        "Task",
+        "ToolError",
+        "Verdict",
+        "VerifyError",
+        "run_episode",
+        "tool",
+    ]
+)

@@ -1,0 +1,137 @@
+"""The tool-loop agent: one episode from an input row to a rollout row.
+
+seed → (model call → run every function call → append outputs)* → verify.
+
+The loop ends when the model answers without a function call, when its
+response is incomplete (it ran out of output tokens or context), or after
+`max_steps` model calls. The loop is written against two small interfaces,
+`ModelClient` and `EnvClient`, so the same code runs over Serve handles in a
+deployment and over in-process objects in tests.
+
+The conversation stays a list of plain dicts: items are appended, never
+re-validated or re-serialized, so a long episode costs O(items), not O(n²).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+from gym_serve.errors import RolloutError
+from gym_serve.failures import classify
+
+__all__ = ["AgentConfig", "EnvClient", "ModelClient", "run_episode"]
+
+_USAGE_KEYS = ("input_tokens", "output_tokens", "total_tokens")
+
+
+class AgentConfig(BaseModel):
+    """Options of the tool-loop agent."""
+
+    max_steps: int = Field(default=10, ge=1, description="Most model calls in one episode.")
+
+
+class ModelClient(Protocol):
+    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]: ...
+
+
+class EnvClient(Protocol):
+    async def seed(self, row: dict[str, Any]) -> Any: ...
+
+    async def call_tools(self, calls: list[dict[str, Any]], state: Any) -> tuple[list[dict[str, Any]], Any]: ...
+
+    async def verify(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> dict[str, Any]: ...
+
+
+async def run_episode(
+    row: dict[str, Any],
+    *,
+    model: ModelClient,
+    env: EnvClient,
+    env_info: dict[str, Any],
+    config: AgentConfig,
+) -> dict[str, Any]:
+    """Run one rollout of `row` and return the rollout row (input fields + response + reward)."""
+    started = time.perf_counter()
+    timings = {"model_s": 0.0, "tool_s": 0.0, "verify_s": 0.0, "model_calls": 0, "tool_calls": 0}
+    params = row["responses_create_params"]
+    session = _session_id(row)
+
+    state = None
+    if env_info["has_seed"]:
+        state = await _call("environment `seed`", env.seed(row), "env_error")
+
+    tools = params.get("tools") or env_info["tools"]
+    conversation = _input_items(params["input"])
+    output: list[dict[str, Any]] = []
+    usage = {key: 0 for key in _USAGE_KEYS}
+    response: dict[str, Any] = {}
+    for _ in range(config.max_steps):
+        request = {**params, "input": conversation + output, "tools": tools}
+        t0 = time.perf_counter()
+        response = await _call("model `responses`", model.responses(request, session), "model_error")
+        timings["model_s"] += time.perf_counter() - t0
+        timings["model_calls"] += 1
+        items = response.get("output") or []
+        output.extend(items)
+        _add_usage(usage, response.get("usage"))
+        if response.get("status") == "incomplete":
+            break
+        calls = [item for item in items if item.get("type") == "function_call"]
+        if not calls:
+            if any(item.get("type") == "message" for item in items):
+                break
+            continue  # a turn of reasoning only: ask again
+        t0 = time.perf_counter()
+        tool_outputs, state = await _call("environment `call_tools`", env.call_tools(calls, state), "tool_error")
+        timings["tool_s"] += time.perf_counter() - t0
+        timings["tool_calls"] += len(calls)
+        output.extend(tool_outputs)
+
+    episode = {**response, "output": output, "usage": _full_usage(usage)}
+    t0 = time.perf_counter()
+    verdict = await _call("environment `verify`", env.verify(row, episode, state), "verifier_error")
+    timings["verify_s"] = time.perf_counter() - t0
+    timings["total_s"] = time.perf_counter() - started
+    return {**row, "response": episode, **verdict, "_gs_timings": timings}
+
+
+async def _call(what: str, call: Any, failure_class: str) -> Any:
+    """Await a call to another tier; its failure fails the rollout with a failure class."""
+    try:
+        return await call
+    except RolloutError:
+        raise
+    except Exception as e:
+        cls = classify(e, failure_class)
+        raise RolloutError(f"{what} failed: {type(e).__name__}: {e}", failure_class=cls) from e
+
+
+def _input_items(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": value}]
+    return list(value)
+
+
+def _session_id(row: dict[str, Any]) -> str | None:
+    task, rollout = row.get("_ng_task_index"), row.get("_ng_rollout_index")
+    if task is None:
+        return None
+    return f"{task}:{rollout if rollout is not None else 0}"
+
+
+def _add_usage(total: dict[str, int], usage: dict[str, Any] | None) -> None:
+    if not usage:
+        return
+    for key in _USAGE_KEYS:
+        total[key] += int(usage.get(key) or 0)
+
+
+def _full_usage(usage: dict[str, int]) -> dict[str, Any]:
+    return {
+        **usage,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": 0},
+    }

@@ -1,0 +1,228 @@
+"""The `gym-serve` command line: `up`, `collect`, `demo`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gym_serve.config import load_serve_config
+from gym_serve.errors import GymServeError
+
+__all__ = ["main"]
+
+DEMO_CONFIG = "demo.yaml"
+DEMO_ENVS = ("example_single_tool_call", "example_multi_step", "example_session_state")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except GymServeError as e:
+        print(f"gym-serve: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gym-serve", description=__doc__)
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    up = sub.add_parser("up", help="deploy the applications of a Serve config and print what runs")
+    up.add_argument("config", help="a Serve config YAML (e.g. deployments/example_single_tool_call.yaml)")
+    up.add_argument("--address", help="Ray cluster address (default: a running cluster, else a local one)")
+    up.add_argument("--http-host", default="127.0.0.1")
+    up.add_argument("--http-port", type=int, default=8000)
+    up.add_argument("--block", action="store_true", help="keep running until Ctrl-C (always, on a local cluster)")
+    up.set_defaults(func=cmd_up)
+
+    collect = sub.add_parser("collect", help="collect rollouts for a JSONL file of tasks")
+    collect.add_argument("--config", required=True, help="the Serve config whose applications run the rollouts")
+    collect.add_argument("--input", required=True, help="input rows (JSONL, NeMo Gym format)")
+    collect.add_argument("--output", required=True, help="rollouts JSONL; failures go to <output>_failures.jsonl")
+    collect.add_argument("--agent", help="agent (application) for rows without `agent_ref`")
+    collect.add_argument("--limit", type=int, help="read at most this many input lines")
+    collect.add_argument("--num-repeats", type=int, default=1, help="rollouts per task")
+    collect.add_argument("--concurrency", type=int, help="rollouts in flight (default: the agent tier's capacity)")
+    collect.add_argument("--address", help="Ray cluster address (default: a running cluster, else a local one)")
+    collect.add_argument("--no-deploy", action="store_true", help="use applications already running")
+    collect.set_defaults(func=cmd_collect)
+
+    demo = sub.add_parser("demo", help="run the example environments end to end on the replay model")
+    demo.add_argument("--out", help="folder for the rollout files (default: ./gym-serve-demo-<time>)")
+    demo.add_argument("--num-repeats", type=int, default=4)
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from gym_serve import serving
+
+    specs = load_serve_config(args.config)
+    where = serving.connect(args.address)
+    serving.deploy(specs, source=args.config, http=True, http_host=args.http_host, http_port=args.http_port)
+    print(f"Deployed {len(specs)} application(s) from {args.config} on {where}:\n")
+    print(serving.describe_status([s.name for s in specs]))
+    routes = [f"  POST http://{args.http_host}:{args.http_port}{s.route_prefix}" for s in specs if s.route_prefix]
+    if routes:
+        print("\nHTTP (one input row in, one rollout row out):\n" + "\n".join(routes))
+    if args.block or where == "local Ray instance":
+        print("\nServing; Ctrl-C to stop.")
+        while True:
+            time.sleep(3600)
+    return 0
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from gym_serve import serving
+
+    specs = load_serve_config(args.config)
+    agents = serving.env_apps(specs)
+    default_agent = args.agent or (agents[0] if len(agents) == 1 else None)
+    serving.connect(args.address)
+    if not args.no_deploy:
+        serving.deploy(specs, source=args.config)
+    concurrency = args.concurrency or serving.agent_capacity(specs, args.config)
+    summary = _collect(
+        dict(
+            input_path=str(Path(args.input).resolve()),
+            output_path=str(Path(args.output).resolve()),
+            agents=agents,
+            default_agent=default_agent,
+            num_repeats=args.num_repeats,
+            limit=args.limit,
+            concurrency=concurrency,
+        )
+    )
+    print(_format_summary(summary))
+    return 0 if summary["rollouts"] > 0 or summary["rows_read"] == 0 else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from gym_serve import serving
+
+    started = time.perf_counter()
+    out_dir = Path(args.out or f"gym-serve-demo-{datetime.now():%Y%m%d-%H%M%S}").resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config = resources.files("deployments") / DEMO_CONFIG
+    specs = load_serve_config(str(config))
+    print("Starting a local Ray instance and deploying the example environments (replay model, no GPU)...")
+    serving.connect()
+    serving.deploy(specs, source=str(config))
+    print(serving.describe_status([s.name for s in specs]) + "\n")
+    results = {}
+    for env in DEMO_ENVS:
+        data = resources.files("envs") / env / "data" / "example.jsonl"
+        results[env] = _collect(
+            dict(
+                input_path=str(data),
+                output_path=str(out_dir / f"{env}_rollouts.jsonl"),
+                agents=[env],
+                default_agent=env,
+                num_repeats=args.num_repeats,
+                concurrency=64,
+            ),
+            label=env,
+        )
+    print(_demo_report(results, out_dir, time.perf_counter() - started))
+    return 0 if all(r["rollouts"] > 0 for r in results.values()) else 1
+
+
+def _collect(job: dict[str, Any], label: str = "rollouts") -> dict[str, Any]:
+    """Run one collection in a driver actor on this node, showing progress until it finishes."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from tqdm import tqdm
+
+    from gym_serve.driver import RolloutDriver
+
+    node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    driver = RolloutDriver.options(scheduling_strategy=node).remote()
+    pending = driver.collect.remote(job)
+    with tqdm(desc=label, unit="rollout", dynamic_ncols=True, leave=False) as bar:
+        while True:
+            ready, _ = ray.wait([pending], timeout=0.25)
+            progress = ray.get(driver.progress.remote())
+            done = progress["rollouts"] + progress["failures"]
+            bar.total = progress["rows_read"] * job.get("num_repeats", 1) or None
+            bar.update(done - bar.n)
+            reward = progress["mean_reward"]
+            bar.set_postfix(
+                in_flight=progress["in_flight"],
+                failed=progress["failures"],
+                reward=f"{reward:.3f}" if reward is not None else "-",
+                refresh=False,
+            )
+            if ready:
+                break
+    summary = ray.get(pending)
+    ray.kill(driver)
+    return summary
+
+
+def _format_summary(s: dict[str, Any]) -> str:
+    failures = ", ".join(f"{k}: {v}" for k, v in sorted(s["failures_by_class"].items())) or "none"
+    reward = f"{s['mean_reward']:.3f}" if s["mean_reward"] is not None else "-"
+    latency = (
+        f"p50 {s['latency_p50_s'] * 1000:.1f} ms, p95 {s['latency_p95_s'] * 1000:.1f} ms"
+        if s["latency_p50_s"] is not None
+        else "-"
+    )
+    return (
+        f"rows read        {s['rows_read']} ({s['rows_skipped']} skipped as bad input)\n"
+        f"rollouts         {s['rollouts']} written to {s['output_path']}\n"
+        f"failures         {s['failures']} ({failures}) -> {s['failures_path']}\n"
+        f"retries          {s['retries']}\n"
+        f"throughput       {s['rollouts_per_s']:.1f} rollouts/s over {s['elapsed_s']:.2f} s\n"
+        f"latency          {latency}\n"
+        f"mean reward      {reward}"
+    )
+
+
+def _demo_report(results: dict[str, dict[str, Any]], out_dir: Path, elapsed: float) -> str:
+    lines = [f"{'environment':<26} {'rollouts':>8} {'failed':>6} {'mean reward':>11} {'rollouts/s':>10}"]
+    for env, s in results.items():
+        reward = f"{s['mean_reward']:.3f}" if s["mean_reward"] is not None else "-"
+        lines.append(f"{env:<26} {s['rollouts']:>8} {s['failures']:>6} {reward:>11} {s['rollouts_per_s']:>10.1f}")
+    example = _first_episode(out_dir / f"{DEMO_ENVS[0]}_rollouts.jsonl")
+    return "\n".join(
+        [
+            "\n".join(lines),
+            "",
+            f"Rollout files are in {out_dir}/ (one <env>_rollouts.jsonl each, NeMo Gym's format).",
+            "",
+            "One episode from example_single_tool_call:",
+            example,
+            "",
+            f"Done in {elapsed:.1f} s.",
+        ]
+    )
+
+
+def _first_episode(path: Path) -> str:
+    from gym_serve.jsonl import read_jsonl
+    from gym_serve.protocol import output_text
+
+    for _, row in read_jsonl(path):
+        lines = [f"  user:      {row['responses_create_params']['input'][-1]['content']}"]
+        for item in row["response"]["output"]:
+            if item["type"] == "function_call":
+                lines.append(f"  tool call: {item['name']}({item['arguments']})")
+            elif item["type"] == "function_call_output":
+                lines.append(f"  tool out:  {item['output']}")
+            elif item["type"] == "message":
+                lines.append(f"  assistant: {output_text([item])}")
+        lines.append(f"  reward:    {row['reward']}")
+        return "\n".join(lines)
+    return "  (no rollouts)"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The environment contract: tools, optional per-rollout state, and `verify`.
+
+An environment is one class::
+
+    class Weather(Environment):
+        \"\"\"What's the weather like? One tool, reward for a grounded answer.\"\"\"
+
+        @tool
+        async def get_weather(self, city: str) -> dict:
+            \"\"\"Get the current weather in a city.\"\"\"
+            return {"city": city, "weather_description": f"The weather in {city} is cold."}
+
+        async def verify(self, task, response, state) -> float:
+            return 1.0 if "cold" in response.output_text() else 0.0
+
+Per-rollout state lives *in the rollout*, not in the replica: `seed(task)`
+returns a `State` model, every tool that takes a `state` parameter may change
+it, and the agent carries it from call to call. Any replica can therefore
+serve any call of any rollout, which is what lets the environment tier
+autoscale, and a replica that dies loses no rollout's state.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gym_serve.protocol import Response
+from gym_serve.tools import ToolSpec, is_tool
+
+__all__ = ["Environment", "NoConfig", "Task", "Verdict"]
+
+
+class Task(BaseModel):
+    """The task fields of an input row. Subclass it to declare the fields `verify` needs."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class NoConfig(BaseModel):
+    """The config of an environment that takes none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Verdict(BaseModel):
+    """What `verify` may return instead of a bare float.
+
+    `components` becomes the rollout's `reward_components`; `fields` are
+    merged into the rollout row (e.g. `extracted_answer`), as NeMo Gym's
+    verify responses do.
+    """
+
+    reward: float
+    components: dict[str, float] | None = None
+    fields: dict[str, Any] = Field(default_factory=dict)
+
+
+class Environment:
+    """Base class of every environment. Subclasses set these class attributes:
+
+    - `Task`: a `Task` subclass declaring the row fields the environment reads.
+    - `State`: a pydantic model for per-rollout state, or `None` (stateless).
+    - `Config`: a pydantic model for the environment's options (from the app config).
+
+    and implement `verify`; `seed` and `@tool` methods are optional.
+    """
+
+    Task: ClassVar[type[Task]] = Task
+    State: ClassVar[type[BaseModel] | None] = None
+    Config: ClassVar[type[BaseModel]] = NoConfig
+
+    def __init__(self, config: BaseModel | dict[str, Any] | None = None) -> None:
+        self.config = config if isinstance(config, BaseModel) else self.Config.model_validate(config or {})
+
+    @classmethod
+    def name(cls) -> str:
+        """The environment's registered name: its package under `envs/`."""
+        return cls.__module__.split(".")[1] if cls.__module__.startswith("envs.") else cls.__name__
+
+    @classmethod
+    def data_dir(cls) -> Path:
+        """The folder with the environment's `example.jsonl` and replay recordings."""
+        return Path(inspect.getfile(cls)).parent / "data"
+
+    @classmethod
+    def tool_specs(cls) -> dict[str, ToolSpec]:
+        return {
+            name: ToolSpec.from_function(member)
+            for name, member in inspect.getmembers(cls)
+            if is_tool(member)
+        }
+
+    async def seed(self, task: Task) -> BaseModel | None:
+        """Create the state of a new rollout. The default is `State()` (or none)."""
+        return self.State() if self.State is not None else None
+
+    async def verify(self, task: Task, response: Response, state: BaseModel | None) -> float | Verdict:
+        """Score the finished episode: `response.output` holds every item of it."""
+        raise NotImplementedError(f"{type(self).__name__} must implement `verify`")

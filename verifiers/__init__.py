@@ -1,0 +1,1 @@
+"""Reward functions as plain, unit-tested functions; imports nothing of gym-serve."""
