@@ -17,6 +17,7 @@ from gym_serve.errors import (
     ToolError,
     VerifyError,
 )
+from gym_serve.local import run_local
 from gym_serve.protocol import InputRow, Response, RolloutRow
 from gym_serve.replay import ReplayModel
 from gym_serve.tools import tool
@@ -41,6 +42,7 @@ __all__ = sorted(
         "Verdict",
         "VerifyError",
         "run_episode",
+        "run_local",
         "tool",
     ]
 )

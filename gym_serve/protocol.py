@@ -187,7 +187,7 @@ class Usage(_Open):
 class Response(_Open):
     """A Responses object. In a rollout row its `output` holds the whole episode."""
 
-    id: str
+    id: str = ""
     object: Literal["response"] = "response"
     created_at: float = 0.0
     model: str | None = None

@@ -65,6 +65,11 @@ class ReplayModel:
         for path in recordings:
             self._load(Path(path))
 
+    @classmethod
+    def for_environment(cls, env: type[Any], *, error_rate: float = 0.0) -> ReplayModel:
+        """The replay model over an environment's own `data/example_rollouts.jsonl`."""
+        return cls([env.data_dir() / "example_rollouts.jsonl"], error_rate=error_rate, name=f"replay:{env.name()}")
+
     @property
     def num_keys(self) -> int:
         return len(self._turns)

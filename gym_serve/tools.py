@@ -51,7 +51,8 @@ class ToolSpec:
 
     @classmethod
     def from_function(cls, fn: Callable[..., Any]) -> ToolSpec:
-        signature = inspect.signature(fn)
+        # Resolve string annotations (`from __future__ import annotations`) in the tool's module.
+        signature = inspect.signature(fn, eval_str=True)
         doc = inspect.getdoc(fn) or ""
         arg_docs = _arg_docs(doc)
         fields: dict[str, Any] = {}

@@ -1,0 +1,154 @@
+"""Bad input names where it is wrong: JSONL lines, rows, config files and keys. Index semantics follow NeMo Gym."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gym_serve.config import load_serve_config
+from gym_serve.driver import CollectJob, materialize
+from gym_serve.errors import ConfigError, InputError, RolloutError
+from gym_serve.jsonl import read_jsonl, scan_jsonl
+
+from .conftest import REPO
+
+GOOD = {"responses_create_params": {"input": "hi"}}
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_scan_reports_bad_lines_with_numbers_and_keeps_going(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "in.jsonl", [json.dumps(GOOD), "{oops", "", "[1, 2]", json.dumps(GOOD)])
+    results = list(scan_jsonl(path))
+    assert [(n, row is not None) for n, row, _ in results] == [(1, True), (2, False), (4, False), (5, True)]
+    errors = [str(e) for _, _, e in results if e]
+    assert errors[0].startswith(f"{path}, line 2: not valid JSON")
+    assert errors[1] == f"{path}, line 4: expected a JSON object, got list"
+
+
+def test_read_jsonl_raises_at_the_first_bad_line(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "in.jsonl", [json.dumps(GOOD), "nope"])
+    with pytest.raises(InputError, match="line 2"):
+        list(read_jsonl(path))
+
+
+def test_unreadable_file_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="missing.jsonl"):
+        list(scan_jsonl(tmp_path / "missing.jsonl"))
+
+
+def job(path: Path, **kwargs: Any) -> CollectJob:
+    return CollectJob(input_path=str(path), output_path=str(path.with_name("out.jsonl")), agents=["a", "b"],
+                      default_agent="a", **kwargs)
+
+
+def run_materialize(j: CollectJob) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
+    bad: list[tuple[int, str]] = []
+    rows = list(materialize(j, lambda: None, lambda line, error: bad.append((line, str(error)))))
+    return rows, bad
+
+
+def test_materialize_indices_follow_nemo_gym(tmp_path: Path) -> None:
+    other = {"responses_create_params": {"input": "other"}}
+    own = {"responses_create_params": {"input": "x"}, "_ng_task_index": 42}
+    path = write_lines(tmp_path / "in.jsonl", [json.dumps(r) for r in (GOOD, other, GOOD, own)])
+    rows, bad = run_materialize(job(path, num_repeats=2))
+    assert not bad
+    keys = [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows]
+    # identical rows share a task and number their rollouts on; a row's own index is kept
+    assert keys == [(0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (0, 3), (42, 0), (42, 1)]
+    assert all(r["agent_ref"] == {"name": "a"} for r in rows)
+
+
+def test_materialize_skips_and_reports_bad_rows(tmp_path: Path) -> None:
+    lines = [
+        json.dumps(GOOD),
+        "{not json",
+        json.dumps({"question": "no params"}),
+        json.dumps({"responses_create_params": {"input": 3}}),
+        json.dumps({**GOOD, "agent_ref": {"name": "nobody"}}),
+        json.dumps({**GOOD, "agent_ref": {"name": "b"}}),
+    ]
+    rows, bad = run_materialize(job(write_lines(tmp_path / "in.jsonl", lines)))
+    assert [r["agent_ref"]["name"] for r in rows] == ["a", "b"]
+    assert [line for line, _ in bad] == [2, 3, 4, 5]
+    assert "field `responses_create_params`" in bad[1][1]
+    assert "field `responses_create_params.input`" in bad[2][1]
+    assert "unknown agent `nobody`" in bad[3][1] and "field `agent_ref.name`" in bad[3][1]
+
+
+def test_materialize_limit_reads_only_that_many_lines(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "in.jsonl", [json.dumps({"responses_create_params": {"input": str(i)}})
+                                                for i in range(10)])
+    rows, _ = run_materialize(job(path, limit=3))
+    assert [r["responses_create_params"]["input"] for r in rows] == ["0", "1", "2"]
+
+
+def write_config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "app.yaml"
+    path.write_text(text)
+    return path
+
+
+APP = """
+applications:
+- name: weather
+  import_path: deployments.app:build_app
+  args:
+    environment: {name: %s}
+"""
+
+
+def test_example_configs_load() -> None:
+    for path in sorted((REPO / "deployments").glob("*.yaml")):
+        assert load_serve_config(path), path
+
+
+def test_unknown_environment_names_file_and_key(tmp_path: Path) -> None:
+    path = write_config(tmp_path, APP % "example_single_tool_cal")
+    with pytest.raises(ConfigError) as info:
+        load_serve_config(path)
+    message = str(info.value)
+    assert str(path) in message and "applications[weather].args.environment.name" in message
+    assert "example_single_tool_call" in message, "suggests the closest name"
+
+
+def test_unknown_arg_and_unknown_deployment_name_the_key(tmp_path: Path) -> None:
+    path = write_config(tmp_path, APP % "example_single_tool_call" + "    agent: {max_step: 3}\n")
+    with pytest.raises(ConfigError, match=r"applications\[weather\]\.args\.agent\.max_step"):
+        load_serve_config(path)
+    path = write_config(tmp_path, APP % "example_single_tool_call" + "  deployments:\n  - name: Agnet\n")
+    with pytest.raises(ConfigError, match="unknown deployment `Agnet`"):
+        load_serve_config(path)
+
+
+def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
+    path = write_config(tmp_path, "applications:\n- name: [unclosed\n")
+    with pytest.raises(ConfigError, match=rf"{path}, line \d"):
+        load_serve_config(path)
+
+
+def test_deployment_overrides_reach_their_tier(tmp_path: Path) -> None:
+    text = APP % "example_session_state" + (
+        "  deployments:\n  - name: Environment\n    num_replicas: 3\n"
+        "  - name: Agent\n    autoscaling_config: {min_replicas: 1, max_replicas: 4}\n    max_ongoing_requests: 100\n"
+    )
+    args = load_serve_config(write_config(tmp_path, text))[0].app_args()
+    assert args.environment.deployment.num_replicas == 3
+    assert args.agent.deployment.capacity(256) == 400
+    assert "num_replicas" not in args.agent.deployment.serve_options({"num_replicas": 1})
+
+
+def test_errors_survive_pickling_across_processes() -> None:
+    for error in (ConfigError("bad", source="f.yaml", key="k"), InputError("bad", source="f", line=3, field="x"),
+                  RolloutError("failed", failure_class="timeout")):
+        copy = pickle.loads(pickle.dumps(error))
+        assert str(copy) == str(error) and type(copy) is type(error)
+    assert pickle.loads(pickle.dumps(RolloutError("x", failure_class="timeout"))).failure_class == "timeout"

@@ -1,0 +1,99 @@
+"""The tool decorator: schemas derived from signatures, and argument checking the model can read."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+from pydantic import BaseModel
+
+from gym_serve import Environment, tool
+from gym_serve.tools import ToolSpec
+
+
+class Box(BaseModel):
+    count: int = 0
+
+
+class Shop(Environment):
+    State = Box
+
+    @tool
+    async def add_item(self, state: Box, sku: str, quantity: int = 1, gift: bool = False) -> dict:
+        """Put an item in the cart.
+
+        Args:
+            sku: The product code.
+            quantity: How many to add.
+        """
+        state.count += quantity
+        return {"count": state.count}
+
+    @tool
+    async def pick(self, colour: Literal["red", "blue"], sizes: list[int]) -> str:
+        """Choose a colour and sizes."""
+        return colour
+
+    async def not_a_tool(self) -> None: ...
+
+    async def verify(self, task, response, state) -> float:
+        return 0.0
+
+
+def test_only_decorated_methods_are_tools() -> None:
+    assert set(Shop.tool_specs()) == {"add_item", "pick"}
+
+
+def test_schema_from_signature_and_docstring() -> None:
+    schema = Shop.tool_specs()["add_item"].schema()
+    assert schema["type"] == "function"
+    assert schema["name"] == "add_item"
+    assert schema["description"] == "Put an item in the cart."
+    params = schema["parameters"]
+    assert params["required"] == ["sku"]
+    assert params["additionalProperties"] is False
+    assert params["properties"]["sku"] == {"type": "string", "description": "The product code."}
+    assert params["properties"]["quantity"]["type"] == "integer"
+    assert params["properties"]["quantity"]["default"] == 1
+    assert params["properties"]["gift"]["type"] == "boolean"
+    assert "state" not in params["properties"], "the state parameter is injected, not shown to the model"
+
+
+def test_schema_of_enums_and_lists() -> None:
+    props = Shop.tool_specs()["pick"].schema()["parameters"]["properties"]
+    assert props["colour"]["enum"] == ["red", "blue"]
+    assert props["sizes"] == {"type": "array", "items": {"type": "integer"}, "description": ""}
+
+
+def test_spec_knows_which_tools_take_state() -> None:
+    specs = Shop.tool_specs()
+    assert specs["add_item"].takes_state and not specs["pick"].takes_state
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ('{"sku": ', "not valid JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        ("{}", "`sku`: Field required"),
+        ('{"sku": "a", "quantity": "many"}', "`quantity`"),
+        ('{"sku": "a", "colour": "red"}', "`colour`: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_arguments_give_readable_errors(arguments: str, message: str) -> None:
+    with pytest.raises(ValueError, match="add_item") as info:
+        Shop.tool_specs()["add_item"].parse_arguments(arguments)
+    assert message in str(info.value)
+
+
+def test_good_arguments_are_coerced_and_defaulted() -> None:
+    parsed = Shop.tool_specs()["add_item"].parse_arguments('{"sku": "a", "quantity": 3}')
+    assert parsed == {"sku": "a", "quantity": 3, "gift": False}
+
+
+def test_unannotated_parameter_is_rejected_at_definition() -> None:
+    async def untyped(self, city):  # noqa: ANN001
+        """No types."""
+
+    with pytest.raises(TypeError, match="`city` needs a type annotation"):
+        ToolSpec.from_function(untyped)
