@@ -6,17 +6,21 @@ tier is its own deployment with its own Serve options (see `gym_serve.config`).
 
 from __future__ import annotations
 
+from typing import Any
+
 from ray.serve import Application
 
 from deployments import agent, environment, replay_model
 from gym_serve.agent import AgentConfig
-from gym_serve.config import AppArgs, ModelRefArgs, ReplayModelArgs
+from gym_serve.config import AppArgs, ModelRefArgs, ReplayModelArgs, validate_app_args
 
 __all__ = ["build_app"]
 
 
-def build_app(args: AppArgs) -> Application:
-    """Bind the tiers of one application from its validated `args`."""
+def build_app(args: AppArgs | dict[str, Any]) -> Application:
+    """Bind the tiers of one application from its `args` (validated here when `serve run` passes a dict)."""
+    if not isinstance(args, AppArgs):
+        args = validate_app_args(args, source="serve config", app="<this application>")
     env_name = args.environment.name if args.environment else None
     model = None
     if isinstance(args.model, ReplayModelArgs):

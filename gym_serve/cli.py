@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="deploy the applications of a Serve config and print what runs")
     up.add_argument("config", help="a Serve config YAML (e.g. deployments/example_single_tool_call.yaml)")
-    up.add_argument("--address", help="Ray cluster address (default: a running cluster, else a local one)")
+    up.add_argument("--address", help="Ray cluster address, e.g. `auto` for a running one (default: $RAY_ADDRESS, else a new local one)")
     up.add_argument("--http-host", default="127.0.0.1")
     up.add_argument("--http-port", type=int, default=8000)
     up.add_argument("--block", action="store_true", help="keep running until Ctrl-C (always, on a local cluster)")
@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     collect.add_argument("--limit", type=int, help="read at most this many input lines")
     collect.add_argument("--num-repeats", type=int, default=1, help="rollouts per task")
     collect.add_argument("--concurrency", type=int, help="rollouts in flight (default: the agent tier's capacity)")
-    collect.add_argument("--address", help="Ray cluster address (default: a running cluster, else a local one)")
+    collect.add_argument("--address", help="Ray cluster address, e.g. `auto` for a running one (default: $RAY_ADDRESS, else a new local one)")
     collect.add_argument("--no-deploy", action="store_true", help="use applications already running")
     collect.set_defaults(func=cmd_collect)
 

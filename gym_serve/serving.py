@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import os
-from pathlib import Path
 from typing import Any
 
 import ray
@@ -23,16 +22,15 @@ _DEFAULT_AGENT_MAX_ONGOING = 256
 
 
 def connect(address: str | None = None, *, quiet: bool = True) -> str:
-    """Join the Ray cluster at `address`, or a running one, or start a local one. Returns which."""
+    """Join the Ray cluster at `address` (or `$RAY_ADDRESS`; `auto` finds a running one), else start a local one."""
     if ray.is_initialized():
         return "already connected"
-    if address is None and (os.environ.get("RAY_ADDRESS") or Path("/tmp/ray/ray_current_cluster").exists()):
-        address = "auto"
-    if address:
-        ray.init(address=address, log_to_driver=not quiet)
-        return f"cluster at {address}"
-    ray.init(address="local", include_dashboard=False, log_to_driver=not quiet)
-    return "local Ray instance"
+    address = address or os.environ.get("RAY_ADDRESS") or "local"
+    if address == "local":
+        ray.init(address="local", include_dashboard=False, log_to_driver=not quiet)
+        return "local Ray instance"
+    ray.init(address=address, log_to_driver=not quiet)
+    return f"cluster at {address}"
 
 
 def deploy(specs: list[AppSpec], *, source: str, http: bool = False, http_port: int = 8000,
