@@ -207,10 +207,13 @@ def _demo_report(results: dict[str, dict[str, Any]], out_dir: Path, elapsed: flo
 
 
 def _first_episode(path: Path) -> str:
+    """The first rollout that called a tool (the interesting kind), as a short transcript."""
     from gym_serve.jsonl import read_jsonl
     from gym_serve.protocol import output_text
 
     for _, row in read_jsonl(path):
+        if not any(item["type"] == "function_call" for item in row["response"]["output"]):
+            continue
         lines = [f"  user:      {row['responses_create_params']['input'][-1]['content']}"]
         for item in row["response"]["output"]:
             if item["type"] == "function_call":
@@ -221,7 +224,7 @@ def _first_episode(path: Path) -> str:
                 lines.append(f"  assistant: {output_text([item])}")
         lines.append(f"  reward:    {row['reward']}")
         return "\n".join(lines)
-    return "  (no rollouts)"
+    return "  (no rollout called a tool)"
 
 
 if __name__ == "__main__":
