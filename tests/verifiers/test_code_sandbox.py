@@ -1,0 +1,186 @@
+"""The code verifier's sandbox against hostile solutions: each is contained and scores 0.
+
+Every hostile solution also defines a correct `add`, so a reward of 0 shows the
+sandbox (not a wrong answer) stopped it. The last test runs the same attacks
+through a real Serve replica of the `code_generation` environment and checks
+that the replica keeps answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from verifiers.code import SandboxLimits, isolation, run_python, verify_asserts, verify_stdio
+
+LIMITS = SandboxLimits(cpu_s=2, wall_s=4.0, memory_mb=256, output_bytes=64_000, max_processes=16)
+ADD = "\ndef add(a, b):\n    return a + b\n"
+TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]
+
+
+async def score(code: str) -> tuple[float, float]:
+    result = await verify_asserts(code, TESTS, limits=LIMITS)
+    return result.reward, time.perf_counter()
+
+
+def alive_with(tag: str) -> list[int]:
+    """PIDs whose command line mentions `tag` (a unique marker each attack puts there)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if tag in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+async def test_correct_solutions_pass_and_wrong_ones_fail() -> None:
+    assert (await verify_asserts(ADD, TESTS, limits=LIMITS)).reward == 1.0
+    half = await verify_asserts("def add(a, b):\n    return 3\n", TESTS, limits=LIMITS)
+    assert (half.reward, half.fraction) == (0.0, 0.5)
+    cases = [{"input": "2 3\n", "output": "5\n"}, {"input": "4 4", "output": "8"}]
+    solution = "a, b = map(int, input().split())\nprint(a + b)\n"
+    assert (await verify_stdio(solution, cases, limits=LIMITS)).reward == 1.0
+    wrong = await verify_stdio("print(5)", cases, limits=LIMITS)
+    assert (wrong.reward, wrong.fraction) == (0.0, 0.5)
+
+
+async def test_an_early_exit_passes_no_test() -> None:
+    for exit_call in ("import sys\nsys.exit(0)", "import os\nos._exit(0)", "raise SystemExit(0)"):
+        result = await verify_asserts(ADD + exit_call, TESTS, limits=LIMITS)
+        assert (result.reward, result.passed) == (0.0, 0), exit_call
+
+
+async def test_infinite_loop_is_killed_by_its_cpu_limit() -> None:
+    started = time.perf_counter()
+    reward, ended = await score(ADD + "while True:\n    pass\n")
+    assert reward == 0.0
+    assert ended - started < LIMITS.wall_s + 2
+
+
+async def test_sleeping_forever_is_killed_at_the_wall_timeout() -> None:
+    run, _ = await run_python("import time\ntime.sleep(60)", limits=LIMITS)
+    assert run.timed_out and not run.ok
+    assert run.wall_s < LIMITS.wall_s + 2
+
+
+async def test_fork_bomb_hits_the_process_limit_and_leaves_nothing_behind() -> None:
+    tag = f"bomb{uuid.uuid4().hex[:8]}"
+    bomb = f"import os, time\n# {tag}\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)\n"
+    before = len(os.listdir("/proc"))
+    reward, _ = await score(ADD + bomb)
+    assert reward == 0.0
+    await asyncio.sleep(0.2)
+    assert len(os.listdir("/proc")) < before + 20  # no stray processes on the host
+
+
+async def test_memory_bomb_fails_within_its_address_space() -> None:
+    run, _ = await run_python("x = bytearray(8 * 1024**3)\nprint('allocated')", limits=LIMITS)
+    assert "MemoryError" in run.stderr and "allocated" not in run.stdout
+    assert (await score(ADD + "blocks = [bytearray(64 * 1024**2) for _ in range(100)]"))[0] == 0.0
+
+
+async def test_huge_output_is_cut_at_the_cap() -> None:
+    run, _ = await run_python("while True:\n    print('x' * 10000)", limits=LIMITS)
+    assert run.output_exceeded and len(run.stdout) <= LIMITS.output_bytes
+    assert (await score(ADD + "print('y' * 10**6)"))[0] == 0.0
+
+
+async def test_writes_outside_the_work_dir_have_no_effect(tmp_path: Path) -> None:
+    target = tmp_path / f"escape-{uuid.uuid4().hex}"
+    os.chmod(tmp_path, 0o777)
+    attack = f"open({str(target)!r}, 'w').write('pwned')\n"
+    assert (await score(ADD + attack))[0] == 0.0
+    assert not target.exists()
+    # The work dir is writable, and it is gone afterwards.
+    run, _ = await run_python("import os\nopen('scratch.txt', 'w').write('ok')\nprint(os.getcwd())", limits=LIMITS)
+    assert run.ok and not Path(run.stdout.strip()).exists()
+
+
+async def test_secrets_in_the_parent_environment_are_invisible(monkeypatch: pytest.MonkeyPatch) -> None:
+    token = f"tok-{uuid.uuid4().hex}"
+    monkeypatch.setenv("SECRET_TOKEN", token)
+    monkeypatch.setenv("OPENAI_API_KEY", token)
+    run, _ = await run_python(
+        "import os\nprint(sorted(os.environ))\nprint(os.environ.get('SECRET_TOKEN'))\n"
+        "print(open('/proc/1/environ', 'rb').read())\n",
+        limits=LIMITS,
+    )
+    assert token not in run.stdout + run.stderr
+    assert "SECRET_TOKEN" not in run.stdout
+    needs_secret = "import os\nif 'SECRET_TOKEN' not in os.environ:\n    raise SystemExit(1)\n"
+    assert (await score(needs_secret + ADD))[0] == 0.0
+
+
+async def test_network_sockets_reach_nothing() -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    accepted: list[object] = []
+    server.settimeout(6)
+
+    def accept() -> None:
+        try:
+            accepted.append(server.accept())
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    attack = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'hi')\n"
+    assert (await score(ADD + attack))[0] == 0.0
+    server.close()
+    thread.join(timeout=7)
+    assert accepted == []
+
+
+async def test_spawned_processes_die_with_the_sandbox_and_cannot_escape_it() -> None:
+    tag = f"{uuid.uuid4().int % 10**6}.{uuid.uuid4().int % 997}"
+    spawn = (
+        "import subprocess\n"
+        f"subprocess.Popen(['sleep', '{tag}'], start_new_session=True)\n"
+        "subprocess.run(['sh', '-c', 'echo pwned > /tmp/gs-sandbox-escape'], check=True)\n"
+    )
+    assert (await score(ADD + spawn))[0] == 0.0
+    await asyncio.sleep(0.3)
+    assert alive_with(tag) == []
+    assert not Path("/tmp/gs-sandbox-escape").exists()
+
+
+async def test_verification_does_not_block_the_event_loop() -> None:
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.05)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    await verify_asserts(ADD + "import time\nt = time.time()\nwhile time.time() - t < 1.5:\n    pass\n", TESTS,
+                         limits=LIMITS)
+    task.cancel()
+    assert ticks >= 20  # ~30 expected in 1.5 s; a blocked loop would give 0
+
+
+def test_isolation_mode_is_reported() -> None:
+    assert isolation() in {"namespaces", "audit_hook"}
+
+
+async def test_the_audit_hook_fallback_also_refuses_sockets_and_outside_writes() -> None:
+    """Where `unshare` is not permitted the sandbox falls back to an audit hook; it must still hold."""
+    attack = "import socket\nsocket.socket()\n"
+    run, _ = await run_python(attack, limits=LIMITS, mode="audit_hook")
+    assert not run.ok and "network access is disabled" in run.stderr
+    run, _ = await run_python("open('/tmp/gs-audit-escape', 'w')", limits=LIMITS, mode="audit_hook")
+    assert not run.ok and not Path("/tmp/gs-audit-escape").exists()
+    run, _ = await run_python("import os\nos.system('echo pwned > /tmp/gs-audit-escape')", limits=LIMITS, mode="audit_hook")
+    assert not run.ok and not Path("/tmp/gs-audit-escape").exists()
