@@ -28,6 +28,7 @@ class _HandleEnv:
         self.describe = handle.describe
         self._seed = handle.seed
         self._call_tools = handle.call_tools
+        self._user_turn = handle.user_turn
         self._verify = handle.verify
 
     async def seed(self, row: dict[str, Any]) -> Any:
@@ -35,6 +36,9 @@ class _HandleEnv:
 
     async def call_tools(self, calls: list[dict[str, Any]], state: Any) -> tuple[list[dict[str, Any]], Any]:
         return await self._call_tools.remote(calls, state)
+
+    async def user_turn(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> tuple[Any, Any]:
+        return await self._user_turn.remote(row, response, state)
 
     async def verify(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> dict[str, Any]:
         return await self._verify.remote(row, response, state)

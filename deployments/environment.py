@@ -30,5 +30,8 @@ class EnvironmentDeployment:
     async def call_tools(self, calls: list[dict[str, Any]], state: Any) -> tuple[list[dict[str, Any]], Any]:
         return await self.runner.call_tools(calls, state)
 
+    async def user_turn(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> tuple[Any, Any]:
+        return await self.runner.user_turn(row, response, state)
+
     async def verify(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> dict[str, Any]:
         return await self.runner.verify(row, response, state)

@@ -6,7 +6,7 @@ wire types import without Ray; the driver, CLI and deployments use it.
 
 from gym_serve.agent import AgentConfig, run_episode
 from gym_serve.env_runner import EnvRunner
-from gym_serve.environment import Environment, Task, Verdict
+from gym_serve.environment import Environment, Task, Turn, Verdict
 from gym_serve.errors import (
     ConfigError,
     EnvError,
@@ -39,6 +39,7 @@ __all__ = sorted(
         "RolloutRow",
         "Task",
         "ToolError",
+        "Turn",
         "Verdict",
         "VerifyError",
         "run_episode",

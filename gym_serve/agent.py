@@ -2,6 +2,10 @@
 
 seed → (model call → run every function call → append outputs)* → verify.
 
+Environments with a `user_turn` (games, simulated users) answer the model's
+plain messages: their reply is appended as a user message and the loop goes
+on until they end the episode; their per-step rewards land in `step_rewards`.
+
 The loop ends when the model answers without a function call, when its
 response is incomplete (it ran out of output tokens or context), or after
 `max_steps` model calls. The loop is written against two small interfaces,
@@ -42,6 +46,8 @@ class EnvClient(Protocol):
 
     async def call_tools(self, calls: list[dict[str, Any]], state: Any) -> tuple[list[dict[str, Any]], Any]: ...
 
+    async def user_turn(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> tuple[Any, Any]: ...
+
     async def verify(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> dict[str, Any]: ...
 
 
@@ -68,6 +74,7 @@ async def run_episode(
     output: list[dict[str, Any]] = []
     usage = {key: 0 for key in _USAGE_KEYS}
     response: dict[str, Any] = {}
+    step_rewards: list[float] = []
     for _ in range(config.max_steps):
         request = {**params, "input": conversation + output, "tools": tools}
         t0 = time.perf_counter()
@@ -81,9 +88,20 @@ async def run_episode(
             break
         calls = [item for item in items if item.get("type") == "function_call"]
         if not calls:
-            if any(item.get("type") == "message" for item in items):
+            if not any(item.get("type") == "message" for item in items):
+                continue  # a turn of reasoning only: ask again
+            if not env_info.get("has_user_turn"):
                 break
-            continue  # a turn of reasoning only: ask again
+            so_far = {**response, "output": output}
+            turn, state = await _call("environment `user_turn`", env.user_turn(row, so_far, state), "env_error")
+            if turn is None:
+                break
+            step_rewards.append(float(turn["reward"]))
+            if turn.get("message"):
+                output.append({"type": "message", "role": "user", "content": turn["message"]})
+            if turn["terminated"]:
+                break
+            continue
         t0 = time.perf_counter()
         tool_outputs, state = await _call("environment `call_tools`", env.call_tools(calls, state), "tool_error")
         timings["tool_s"] += time.perf_counter() - t0
@@ -95,7 +113,8 @@ async def run_episode(
     verdict = await _call("environment `verify`", env.verify(row, episode, state), "verifier_error")
     timings["verify_s"] = time.perf_counter() - t0
     timings["total_s"] = time.perf_counter() - started
-    return {**row, "response": episode, **verdict, "_gs_timings": timings}
+    extra = {"step_rewards": step_rewards} if step_rewards else {}
+    return {**row, "response": episode, **verdict, **extra, "_gs_timings": timings}
 
 
 async def _call(what: str, call: Any, failure_class: str) -> Any:

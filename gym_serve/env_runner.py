@@ -1,7 +1,7 @@
 """`EnvRunner`: an environment behind the wire interface the agent calls.
 
 The agent talks to environments in plain dicts (what crosses a Serve handle):
-`describe`, `seed`, `call_tools`, `verify`. The Serve deployment is a thin
+`describe`, `seed`, `call_tools`, `user_turn`, `verify`. The Serve deployment is a thin
 wrapper around this class, and tests use it in-process.
 
 Mistakes the *model* makes (an unknown tool, arguments that are not valid
@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from gym_serve.environment import Environment, Verdict
-from gym_serve.errors import EnvError, VerifyError
+from gym_serve.errors import EnvError, RolloutError, VerifyError
 from gym_serve.protocol import Response
 from gym_serve.tools import ToolSpec
 
@@ -35,10 +35,16 @@ class EnvRunner:
         self.specs: dict[str, ToolSpec] = type(env).tool_specs()
         self._tool_schemas = [spec.schema() for spec in self.specs.values()]
         self._has_seed = type(env).seed is not Environment.seed or type(env).State is not None
+        self._has_user_turn = type(env).user_turn is not Environment.user_turn
 
     def describe(self) -> dict[str, Any]:
-        """What the agent needs to know once: the name, tool schemas, whether to call `seed`."""
-        return {"name": type(self.env).name(), "tools": self._tool_schemas, "has_seed": self._has_seed}
+        """What the agent needs to know once: the name, tool schemas, whether to call `seed` and `user_turn`."""
+        return {
+            "name": type(self.env).name(),
+            "tools": self._tool_schemas,
+            "has_seed": self._has_seed,
+            "has_user_turn": self._has_user_turn,
+        }
 
     async def seed(self, row: dict[str, Any]) -> State:
         task = self._task(row)
@@ -57,12 +63,25 @@ class EnvRunner:
             outputs.append({"type": "function_call_output", "call_id": call.get("call_id", ""), "output": text})
         return outputs, _dump(live_state)
 
+    async def user_turn(
+        self, row: dict[str, Any], response: dict[str, Any], state: State
+    ) -> tuple[dict[str, Any] | None, State]:
+        """The environment's reply to a plain model answer (a `Turn` as a dict, or None), and the new state."""
+        live_state = self._load_state(state)
+        try:
+            turn = await self.env.user_turn(self._task(row), Response.model_validate(response), live_state)
+        except Exception as e:
+            raise EnvError(f"`{type(self.env).name()}.user_turn` raised {type(e).__name__}: {e}") from e
+        return (turn.model_dump() if turn is not None else None), _dump(live_state)
+
     async def verify(self, row: dict[str, Any], response: dict[str, Any], state: State) -> dict[str, Any]:
         """Score an episode; returns `reward` plus optional `reward_components` and extra fields."""
         task = self._task(row)
         try:
             parsed = Response.model_validate(response)
             verdict = await self.env.verify(task, parsed, self._load_state(state))
+        except RolloutError:  # the environment named the failure class itself (e.g. `judge_error`)
+            raise
         except Exception as e:
             raise VerifyError(f"`{type(self.env).name()}.verify` raised {type(e).__name__}: {e}") from e
         if isinstance(verdict, bool | int | float):

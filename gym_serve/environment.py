@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gym_serve.protocol import Response
 from gym_serve.tools import ToolSpec, is_tool
 
-__all__ = ["Environment", "NoConfig", "Task", "Verdict"]
+__all__ = ["Environment", "NoConfig", "Task", "Turn", "Verdict"]
 
 
 class Task(BaseModel):
@@ -59,6 +59,19 @@ class Verdict(BaseModel):
     fields: dict[str, Any] = Field(default_factory=dict)
 
 
+class Turn(BaseModel):
+    """The environment's move after the model answered without a tool call (see `Environment.user_turn`).
+
+    `message` goes to the model as the next user message (a game's observation,
+    a simulated user's reply); `reward` is this step's reward, recorded in the
+    rollout's `step_rewards`; `terminated` ends the episode (after `message`, if any).
+    """
+
+    message: str | None = None
+    reward: float = 0.0
+    terminated: bool = False
+
+
 class Environment:
     """Base class of every environment. Subclasses set these class attributes:
 
@@ -66,7 +79,7 @@ class Environment:
     - `State`: a pydantic model for per-rollout state, or `None` (stateless).
     - `Config`: a pydantic model for the environment's options (from the app config).
 
-    and implement `verify`; `seed` and `@tool` methods are optional.
+    and implement `verify`; `seed`, `user_turn` and `@tool` methods are optional.
     """
 
     Task: ClassVar[type[Task]] = Task
@@ -97,6 +110,16 @@ class Environment:
     async def seed(self, task: Task) -> BaseModel | None:
         """Create the state of a new rollout. The default is `State()` (or none)."""
         return self.State() if self.State is not None else None
+
+    async def user_turn(self, task: Task, response: Response, state: BaseModel | None) -> Turn | None:
+        """Optional: answer the model's message, for multi-turn games and simulated users.
+
+        Called when the model answers without a tool call; `response.output` is
+        the episode so far and `state` may be changed. Return `None` (or a
+        `Turn` with `terminated=True`) to end the episode. Environments that do
+        not override it end the episode at the model's first plain answer.
+        """
+        return None
 
     async def verify(self, task: Task, response: Response, state: BaseModel | None) -> float | Verdict:
         """Score the finished episode: `response.output` holds every item of it."""
