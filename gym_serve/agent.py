@@ -18,6 +18,7 @@ re-validated or re-serialized, so a long episode costs O(items), not O(n²).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Protocol
 
@@ -35,6 +36,9 @@ class AgentConfig(BaseModel):
     """Options of the tool-loop agent."""
 
     max_steps: int = Field(default=10, ge=1, description="Most model calls in one episode.")
+    call_timeout_s: float | None = Field(
+        default=300.0, gt=0, description="Deadline of each model, tool and verify call; a hung tier fails the call."
+    )
 
 
 class ModelClient(Protocol):
@@ -67,7 +71,7 @@ async def run_episode(
 
     state = None
     if env_info["has_seed"]:
-        state = await _call("environment `seed`", env.seed(row), "env_error")
+        state = await _call("environment `seed`", env.seed(row), "env_error", config)
 
     tools = params.get("tools") or env_info["tools"]
     conversation = _input_items(params["input"])
@@ -78,7 +82,7 @@ async def run_episode(
     for _ in range(config.max_steps):
         request = {**params, "input": conversation + output, "tools": tools}
         t0 = time.perf_counter()
-        response = await _call("model `responses`", model.responses(request, session), "model_error")
+        response = await _call("model `responses`", model.responses(request, session), "model_error", config)
         timings["model_s"] += time.perf_counter() - t0
         timings["model_calls"] += 1
         items = response.get("output") or []
@@ -93,7 +97,9 @@ async def run_episode(
             if not env_info.get("has_user_turn"):
                 break
             so_far = {**response, "output": output}
-            turn, state = await _call("environment `user_turn`", env.user_turn(row, so_far, state), "env_error")
+            turn, state = await _call(
+                "environment `user_turn`", env.user_turn(row, so_far, state), "env_error", config
+            )
             if turn is None:
                 break
             step_rewards.append(float(turn["reward"]))
@@ -103,26 +109,30 @@ async def run_episode(
                 break
             continue
         t0 = time.perf_counter()
-        tool_outputs, state = await _call("environment `call_tools`", env.call_tools(calls, state), "tool_error")
+        tool_outputs, state = await _call(
+            "environment `call_tools`", env.call_tools(calls, state), "tool_error", config
+        )
         timings["tool_s"] += time.perf_counter() - t0
         timings["tool_calls"] += len(calls)
         output.extend(tool_outputs)
 
     episode = {**response, "output": output, "usage": _full_usage(usage)}
     t0 = time.perf_counter()
-    verdict = await _call("environment `verify`", env.verify(row, episode, state), "verifier_error")
+    verdict = await _call("environment `verify`", env.verify(row, episode, state), "verifier_error", config)
     timings["verify_s"] = time.perf_counter() - t0
     timings["total_s"] = time.perf_counter() - started
     extra = {"step_rewards": step_rewards} if step_rewards else {}
     return {**row, "response": episode, **verdict, **extra, "_gs_timings": timings}
 
 
-async def _call(what: str, call: Any, failure_class: str) -> Any:
-    """Await a call to another tier; its failure fails the rollout with a failure class."""
+async def _call(what: str, call: Any, failure_class: str, config: AgentConfig) -> Any:
+    """Await a call to another tier within the call deadline; its failure fails the rollout with a failure class."""
     try:
-        return await call
+        return await asyncio.wait_for(call, config.call_timeout_s)
     except RolloutError:
         raise
+    except TimeoutError as e:
+        raise RolloutError(f"{what} did not answer within {config.call_timeout_s} s", failure_class="timeout") from e
     except Exception as e:
         cls = classify(e, failure_class)
         raise RolloutError(f"{what} failed: {type(e).__name__}: {e}", failure_class=cls) from e

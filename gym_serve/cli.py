@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_serve.config import load_serve_config
-from gym_serve.errors import GymServeError
+from gym_serve.errors import GymServeError, InputError
 
 __all__ = ["main"]
 
@@ -49,9 +49,20 @@ def _parser() -> argparse.ArgumentParser:
     collect.add_argument("--output", required=True, help="rollouts JSONL; failures go to <output>_failures.jsonl")
     collect.add_argument("--agent", help="agent (application) for rows without `agent_ref`")
     collect.add_argument("--limit", type=int, help="read at most this many input lines")
-    collect.add_argument("--num-repeats", type=int, default=1, help="rollouts per task")
+    collect.add_argument("--num-repeats", type=_repeats, default=1, metavar="K|AGENT=K,...",
+                         help="rollouts per task, for all agents or per agent (e.g. math=8,code=4)")
+    collect.add_argument("--temperature", type=float, help="override responses_create_params.temperature")
+    collect.add_argument("--top-p", type=float, help="override responses_create_params.top_p")
+    collect.add_argument("--max-output-tokens", type=int, help="override responses_create_params.max_output_tokens")
     collect.add_argument("--concurrency", type=int, help="rollouts in flight (default: the agent tier's capacity)")
-    collect.add_argument("--address", help="Ray cluster address, e.g. `auto` for a running one (default: $RAY_ADDRESS, else a new local one)")
+    collect.add_argument("--rollout-timeout", type=float, default=600.0, help="seconds one rollout attempt may take")
+    collect.add_argument("--max-attempts", type=int, default=3, help="tries per rollout for retryable failures")
+    collect.add_argument("--resume", action="store_true",
+                         help="continue an interrupted collection from its files (finished rollouts are not rerun)")
+    collect.add_argument("--ordered", action="store_true",
+                         help="also write <output>_ordered.jsonl in (task, rollout) order")
+    collect.add_argument("--address", help="Ray cluster address, e.g. `auto` for a running one "
+                         "(default: $RAY_ADDRESS, else a new local one)")
     collect.add_argument("--no-deploy", action="store_true", help="use applications already running")
     collect.set_defaults(func=cmd_collect)
 
@@ -84,6 +95,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
     from gym_serve import serving
 
     specs = load_serve_config(args.config)
+    if not Path(args.input).is_file():
+        raise InputError("cannot open: no such file", source=args.input)
     agents = serving.env_apps(specs)
     default_agent = args.agent or (agents[0] if len(agents) == 1 else None)
     serving.connect(args.address)
@@ -98,11 +111,32 @@ def cmd_collect(args: argparse.Namespace) -> int:
             default_agent=default_agent,
             num_repeats=args.num_repeats,
             limit=args.limit,
+            params_overrides=_overrides(args),
             concurrency=concurrency,
+            rollout_timeout_s=args.rollout_timeout,
+            max_attempts=args.max_attempts,
+            resume=args.resume,
+            ordered=args.ordered,
         )
     )
     print(_format_summary(summary))
-    return 0 if summary["rollouts"] > 0 or summary["rows_read"] == 0 else 1
+    return 0 if summary["rollouts"] + summary["rollouts_resumed"] > 0 or summary["rows_read"] == 0 else 1
+
+
+def _repeats(text: str) -> int | dict[str, int]:
+    """`4`, or `math=8,code=4`."""
+    try:
+        if "=" not in text:
+            return int(text)
+        pairs = (part.split("=", 1) for part in text.split(","))
+        return {name.strip(): int(k) for name, k in pairs}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected K or AGENT=K,AGENT=K; got {text!r}") from None
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    chosen = {"temperature": args.temperature, "top_p": args.top_p, "max_output_tokens": args.max_output_tokens}
+    return {key: value for key, value in chosen.items() if value is not None}
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -146,17 +180,19 @@ def _collect(job: dict[str, Any], label: str = "rollouts") -> dict[str, Any]:
     node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     driver = RolloutDriver.options(scheduling_strategy=node).remote()
     pending = driver.collect.remote(job)
-    with tqdm(desc=label, unit="rollout", dynamic_ncols=True, leave=False) as bar:
+    total = _estimate_rollouts(job)
+    with tqdm(desc=label, total=total, unit="rollout", dynamic_ncols=True, leave=False) as bar:
         while True:
             ready, _ = ray.wait([pending], timeout=0.25)
             progress = ray.get(driver.progress.remote())
-            done = progress["rollouts"] + progress["failures"]
-            bar.total = progress["rows_read"] * job.get("num_repeats", 1) or None
+            done = progress["rollouts"] + progress["failures"] + progress["rollouts_resumed"] + progress["failures_kept"]
+            bar.total = max(total or 0, progress["rollouts_expected"]) or None
             bar.update(done - bar.n)
             reward = progress["mean_reward"]
+            failed = ",".join(f"{k}:{v}" for k, v in sorted(progress["failures_by_class"].items())) or "0"
             bar.set_postfix(
                 in_flight=progress["in_flight"],
-                failed=progress["failures"],
+                failed=failed,
                 reward=f"{reward:.3f}" if reward is not None else "-",
                 refresh=False,
             )
@@ -167,23 +203,43 @@ def _collect(job: dict[str, Any], label: str = "rollouts") -> dict[str, Any]:
     return summary
 
 
+def _estimate_rollouts(job: dict[str, Any]) -> int | None:
+    """Lines × repeats, for the progress bar (counting newlines is fast; the driver still reads lazily)."""
+    repeats = job.get("num_repeats", 1)
+    if not isinstance(repeats, int):
+        return None
+    with open(job["input_path"], "rb") as handle:
+        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+    if job.get("limit"):
+        lines = min(lines, job["limit"])
+    return lines * repeats
+
+
 def _format_summary(s: dict[str, Any]) -> str:
     failures = ", ".join(f"{k}: {v}" for k, v in sorted(s["failures_by_class"].items())) or "none"
     reward = f"{s['mean_reward']:.3f}" if s["mean_reward"] is not None else "-"
-    latency = (
-        f"p50 {s['latency_p50_s'] * 1000:.1f} ms, p95 {s['latency_p95_s'] * 1000:.1f} ms"
-        if s["latency_p50_s"] is not None
-        else "-"
-    )
-    return (
-        f"rows read        {s['rows_read']} ({s['rows_skipped']} skipped as bad input)\n"
-        f"rollouts         {s['rollouts']} written to {s['output_path']}\n"
-        f"failures         {s['failures']} ({failures}) -> {s['failures_path']}\n"
-        f"retries          {s['retries']}\n"
-        f"throughput       {s['rollouts_per_s']:.1f} rollouts/s over {s['elapsed_s']:.2f} s\n"
-        f"latency          {latency}\n"
-        f"mean reward      {reward}"
-    )
+    ms = lambda v: f"{v * 1000:.1f} ms" if v is not None else "-"  # noqa: E731
+    split = s["time_split_s"]
+    busy = sum(split.values()) or 1.0
+    parts = ", ".join(f"{k.removesuffix('_s')} {100 * v / busy:.0f}%" for k, v in sorted(split.items())) or "-"
+    resumed = f" (+{s['rollouts_resumed']} from before)" if s["rollouts_resumed"] else ""
+    kept = f" (+{s['failures_kept']} from before)" if s["failures_kept"] else ""
+    lines = [
+        f"rows read        {s['rows_read']}: {s['rows_read'] - s['rows_skipped']} ran, {s['rows_skipped']} skipped "
+        "as bad input",
+        f"rollouts         {s['rollouts_expected']} expected = {s['rollouts']} written{resumed} + "
+        f"{s['failures']} failed{kept}",
+        f"output           {s['output_path']}",
+        f"failures         {failures} -> {s['failures_path']}",
+        f"retries          {s['retries']} (back-pressure waits: {s['backpressure_waits']})",
+        f"throughput       {s['rollouts_per_s']:.1f} rollouts/s over {s['elapsed_s']:.2f} s",
+        f"latency          p50 {ms(s['latency_p50_s'])}, p95 {ms(s['latency_p95_s'])}, p99 {ms(s['latency_p99_s'])}",
+        f"time in calls    {parts}",
+        f"mean reward      {reward}",
+    ]
+    if s.get("ordered_path"):
+        lines.append(f"ordered copy     {s['ordered_path']}")
+    return "\n".join(lines)
 
 
 def _demo_report(results: dict[str, dict[str, Any]], out_dir: Path, elapsed: float) -> str:

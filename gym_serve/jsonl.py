@@ -64,16 +64,23 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 class JsonlWriter:
-    """Appends rows to a JSONL file, one flushed line per row."""
+    """Writes rows to a JSONL file, one line per row.
 
-    def __init__(self, path: str | Path) -> None:
+    By default it appends and flushes every line, so a crash loses at most the
+    line being written; `append=False, flush=False` suits files that are
+    rebuilt from scratch anyway.
+    """
+
+    def __init__(self, path: str | Path, *, append: bool = True, flush: bool = True) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[bytes] = self.path.open("ab")
+        self._file: IO[bytes] = self.path.open("ab" if append else "wb")
+        self._flush = flush
 
     def write(self, row: dict[str, Any]) -> None:
         self._file.write(dumps(row) + b"\n")
-        self._file.flush()
+        if self._flush:
+            self._file.flush()
 
     def close(self) -> None:
         self._file.close()

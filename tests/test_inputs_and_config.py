@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gym_serve.config import load_serve_config
-from gym_serve.driver import CollectJob, materialize
+from gym_serve.materialize import CollectJob, materialize
 from gym_serve.errors import ConfigError, InputError, RolloutError
 from gym_serve.jsonl import read_jsonl, scan_jsonl
 
@@ -51,7 +51,7 @@ def job(path: Path, **kwargs: Any) -> CollectJob:
 
 def run_materialize(j: CollectJob) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
     bad: list[tuple[int, str]] = []
-    rows = list(materialize(j, lambda: None, lambda line, error: bad.append((line, str(error)))))
+    rows = [row for _, row in materialize(j, lambda line, error: bad.append((line, str(error))))]
     return rows, bad
 
 

@@ -1,0 +1,121 @@
+"""What a collection will run: the job, and its input rows turned into rollout rows.
+
+`materialize` reads the input lazily and yields one row per rollout, with
+NeMo Gym's index semantics: identical raw rows share a `_ng_task_index`
+(unless a row carries its own), and a task's rollouts are numbered
+`_ng_rollout_index` 0, 1, ... on across its rows. Rows that cannot run are
+reported with their line number and field, and skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from gym_serve.errors import InputError
+from gym_serve.jsonl import dumps, scan_jsonl
+
+__all__ = ["CollectJob", "Key", "materialize", "rollout_key", "sibling_path"]
+
+Key = tuple[str, int, int]
+"""A rollout's identity: (agent, `_ng_task_index`, `_ng_rollout_index`)."""
+
+
+class CollectJob(BaseModel):
+    """What to collect, and how hard to push."""
+
+    input_path: str
+    output_path: str
+    agents: list[str] = Field(description="Names of the deployed agent applications rows may route to.")
+    default_agent: str | None = Field(default=None, description="For rows without `agent_ref`.")
+    num_repeats: int | dict[str, int] = Field(default=1, description="Rollouts per task, or per agent name.")
+    limit: int | None = Field(default=None, ge=1, description="Read at most this many input lines.")
+    params_overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Merged into every row's `responses_create_params` (e.g. temperature)."
+    )
+    concurrency: int = Field(default=64, ge=1, description="Most rollouts in flight at once.")
+    max_attempts: int = Field(default=3, ge=1, description="Tries per rollout for retryable failures.")
+    rollout_timeout_s: float | None = Field(default=600.0, gt=0, description="Deadline of one rollout attempt.")
+    resume: bool = Field(default=False, description="Continue from the files on disk instead of starting over.")
+    ordered: bool = Field(default=False, description="Also write `<out>_ordered.jsonl` in (task, rollout) order.")
+
+    def repeats_for(self, agent: str) -> int:
+        if isinstance(self.num_repeats, int):
+            return self.num_repeats
+        return self.num_repeats.get(agent, 1)
+
+
+def sibling_path(output_path: str | Path, suffix: str) -> Path:
+    """`<out>_<suffix>.jsonl` next to the output, as NeMo Gym names its side files."""
+    path = Path(output_path)
+    return path.with_name(f"{path.stem}_{suffix}")
+
+
+def rollout_key(row: dict[str, Any]) -> Key:
+    return (row["agent_ref"]["name"], int(row["_ng_task_index"]), int(row["_ng_rollout_index"]))
+
+
+def materialize(
+    job: CollectJob, on_bad_row: Callable[[int, InputError], None]
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield `(line, rollout_row)` for every rollout of the job's input, lazily.
+
+    Memory stays bounded for inputs whose rows carry their own `_ng_task_index`;
+    otherwise it grows by one small digest per distinct row (to find identical rows).
+    """
+    task_of_row: dict[bytes, int] = {}
+    next_rollout: dict[int, int] = {}
+    next_task = 0
+    for line, row, error in scan_jsonl(job.input_path):
+        if job.limit is not None and line > job.limit:
+            break
+        if error is None:
+            error = _check_row(row, line, job)  # type: ignore[arg-type]
+        if error is not None:
+            on_bad_row(line, error)
+            continue
+        assert row is not None
+        if "_ng_task_index" in row:
+            first = 0
+        else:
+            digest = hashlib.blake2b(dumps(row), digest_size=16).digest()
+            if digest not in task_of_row:
+                task_of_row[digest] = next_task
+                next_task += 1
+            row = {**row, "_ng_task_index": task_of_row[digest]}
+            first = next_rollout.get(row["_ng_task_index"], 0)
+        if "agent_ref" not in row:
+            row = {**row, "agent_ref": {"name": job.default_agent}}
+        if job.params_overrides:
+            row = {**row, "responses_create_params": {**row["responses_create_params"], **job.params_overrides}}
+        repeats = job.repeats_for(row["agent_ref"]["name"])
+        next_rollout[row["_ng_task_index"]] = first + repeats
+        for rollout in range(first, first + repeats):
+            yield line, {**row, "_ng_rollout_index": rollout}
+
+
+def _check_row(row: dict[str, Any], line: int, job: CollectJob) -> InputError | None:
+    def bad(message: str, field: str) -> InputError:
+        return InputError(message, source=job.input_path, line=line, field=field)
+
+    params = row.get("responses_create_params")
+    if not isinstance(params, dict):
+        return bad("missing `responses_create_params` (an object)", "responses_create_params")
+    if not isinstance(params.get("input"), str | list):
+        return bad("`input` must be a string or a list of items", "responses_create_params.input")
+    task = row.get("_ng_task_index")
+    if task is not None and (not isinstance(task, int) or isinstance(task, bool) or task < 0):
+        return bad("`_ng_task_index` must be a non-negative integer", "_ng_task_index")
+    ref = row.get("agent_ref")
+    if ref is not None and not (isinstance(ref, dict) and isinstance(ref.get("name"), str)):
+        return bad("`agent_ref` must be an object with a `name`", "agent_ref")
+    name = ref["name"] if ref is not None else job.default_agent
+    if name is None:
+        return bad(f"no `agent_ref` and no default agent (deployed: {', '.join(job.agents)})", "agent_ref")
+    if name not in job.agents:
+        return bad(f"unknown agent `{name}`; deployed: {', '.join(job.agents)}", "agent_ref.name")
+    return None
