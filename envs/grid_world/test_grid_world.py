@@ -1,0 +1,45 @@
+"""Grid world: Gymnasium reset/step, per-step rewards through the agent's user_turn loop."""
+
+from __future__ import annotations
+
+from gym_serve import ReplayModel, run_local
+from gym_serve.jsonl import read_jsonl
+
+from . import GridTask, GridWorld
+
+ENV, CONFIG = GridWorld, None
+
+
+def test_reset_and_step_follow_gymnasium() -> None:
+    env, task = GridWorld(), GridTask(grid=["S#.", "..G"], max_moves=3)
+    board, observation = env.reset(task)
+    assert observation == "A#.\n..G"
+    obs, reward, terminated, truncated = env.step(task, board, "right")  # a wall
+    assert (round(reward, 2), terminated, truncated) == (-0.15, False, False) and "wall" in obs
+    env.step(task, board, "down")
+    obs, reward, terminated, truncated = env.step(task, board, "right")
+    assert (terminated, truncated) == (False, True)  # out of moves before the goal
+    board, _ = env.reset(task)
+    for move in ("down", "right", "right"):
+        obs, reward, terminated, truncated = env.step(task, board, move)
+    assert terminated and not truncated and round(reward, 2) == 0.95 and board.reached_goal
+
+
+async def test_step_rewards_show_up_in_the_rollout() -> None:
+    row = next(row for _, row in read_jsonl(ENV.data_dir() / "example.jsonl"))
+    rollout = await run_local(row, GridWorld(), ReplayModel.for_environment(ENV))
+    assert rollout["reward"] == 1.0
+    assert [round(r, 2) for r in rollout["step_rewards"]] == [-0.05, 0.95]
+    users = [i for i in rollout["response"]["output"] if i.get("role") == "user"]
+    assert users[-1]["content"].endswith("You reached the goal!")
+
+
+async def test_every_example_row_replays_right_then_wrong() -> None:
+    rows = [row for _, row in read_jsonl(ENV.data_dir() / "example.jsonl")]
+    assert len(rows) >= 5
+    right = ReplayModel.for_environment(ENV)
+    wrong = ReplayModel.for_environment(ENV, error_rate=1.0)
+    for i, row in enumerate(rows):
+        row = {**row, "_ng_task_index": i, "_ng_rollout_index": 0}
+        assert (await run_local(row, ENV(CONFIG), right))["reward"] == 1.0, i
+        assert (await run_local(row, ENV(CONFIG), wrong))["reward"] == 0.0, i

@@ -1,0 +1,78 @@
+"""Open-ended QA scored by an LLM judge: is the answer equivalent to the reference?
+
+Rows carry `question` and `expected_answer` (NeMo Gym's equivalence-judge
+format). The judge is a model deployment: the `Model` deployment of the Serve
+application named by `judge_app` (see `deployments/llm_judge_qa.yaml`, where
+the judge is the replay model playing `data/judge_recordings.jsonl`; point it
+at a vLLM or OpenAI-backed application for real judging). `judge_recordings`
+instead runs an in-process replay judge, for offline tests.
+
+Reward: 1.0 when the judge says EQUIVALENT, 0.0 when it says NOT_EQUIVALENT.
+A judge that fails or gives no verdict fails the rollout with failure class
+`judge_error`: an outage of the judge must not read as a wrong answer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from gym_serve import Environment, Response, RolloutError, Task, Verdict
+from verifiers.llm_judge import Judge, JudgeError, judge_equivalence
+
+
+class QaTask(Task):
+    question: str
+    expected_answer: str
+
+
+class JudgeConfig(BaseModel):
+    judge_app: str | None = None
+    """The Serve application whose `Model` deployment judges."""
+    judge_recordings: list[str] | None = None
+    """Recorded judge answers for an in-process replay judge (offline tests); paths relative to `data/`."""
+    judge_model: str | None = None
+    """The `model` field sent to the judge, if its deployment serves several."""
+
+
+class _HandleJudge:
+    def __init__(self, app: str) -> None:
+        from ray import serve
+
+        self._handle = serve.get_deployment_handle("Model", app_name=app)
+
+    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+        return await self._handle.responses.remote(request, session)
+
+
+class LlmJudgeQa(Environment):
+    Task = QaTask
+    Config = JudgeConfig
+
+    _judge_client: Judge | None = None
+
+    def judge(self) -> Judge:
+        if self._judge_client is None:
+            if self.config.judge_app:
+                self._judge_client = _HandleJudge(self.config.judge_app)
+            elif self.config.judge_recordings:
+                from gym_serve.replay import ReplayModel
+
+                paths = [self.data_dir() / Path(p) for p in self.config.judge_recordings]
+                self._judge_client = ReplayModel(paths, name="replay-judge")
+            else:
+                raise ValueError("llm_judge_qa needs `judge_app` or `judge_recordings` in its config")
+        return self._judge_client
+
+    async def verify(self, task: QaTask, response: Response, state: None) -> Verdict:
+        answer = response.output_text()
+        try:
+            verdict = await judge_equivalence(
+                self.judge(), question=task.question, reference=task.expected_answer, answer=answer,
+                model=self.config.judge_model,
+            )
+        except JudgeError as e:
+            raise RolloutError(f"llm_judge_qa: {e}", failure_class="judge_error") from e
+        return Verdict(reward=verdict.reward, fields={"judge_text": verdict.judge_text})

@@ -1,0 +1,67 @@
+"""Math word problems with a Python tool: compute step by step, then answer.
+
+Rows carry `expected_answer` (a number) in NeMo Gym's math format. The model
+may call `python(code)`, which runs the code in the code verifier's sandbox
+(no network, limits, throwaway dir) and returns what it printed; it can call
+it several times before answering.
+
+Reward: 1.0 when the final answer's number (`\\boxed{}` if present, else the
+last number in the answer) equals `expected_answer` (fractions allowed,
+relative tolerance 1e-6), else 0.0. `extracted_answer` and `tool_calls` are
+added to the rollout row.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+from gym_serve import Environment, Response, Task, Verdict, tool
+from verifiers.code import SandboxLimits, run_python
+
+_NUMBER = r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?"
+LIMITS = SandboxLimits(cpu_s=5, wall_s=10.0, memory_mb=512, output_bytes=16_000)
+
+
+class MathTask(Task):
+    expected_answer: str
+
+
+def extract_number(text: str) -> str | None:
+    boxed = re.findall(r"\\boxed\{([^{}]*)\}", text)
+    source = boxed[-1] if boxed else text
+    numbers = re.findall(_NUMBER, source)
+    return numbers[-1].replace(",", "") if numbers else None
+
+
+def same_number(a: str, b: str) -> bool:
+    try:
+        x, y = Fraction(a.replace(",", "")), Fraction(b.replace(",", ""))
+    except (ValueError, ZeroDivisionError):
+        return False
+    return x == y or abs(x - y) <= abs(y) * Fraction(1, 10**6)
+
+
+class MathWithTools(Environment):
+    Task = MathTask
+
+    @tool
+    async def python(self, code: str) -> str:
+        """Run Python code in a sandbox and return what it prints (stdout, then any error).
+
+        Args:
+            code: A complete Python program; print the values you need.
+        """
+        run, _ = await run_python(code, limits=LIMITS)
+        out = run.stdout
+        if run.timed_out:
+            out += "\n[timed out]"
+        elif run.exit_code != 0:
+            out += "\n" + (run.stderr.strip().splitlines() or [f"exit code {run.exit_code}"])[-1]
+        return out
+
+    async def verify(self, task: MathTask, response: Response, state: None) -> Verdict:
+        answer = extract_number(response.output_text())
+        correct = answer is not None and same_number(answer, task.expected_answer)
+        calls = sum(1 for c in response.function_calls() if c.name == "python")
+        return Verdict(reward=1.0 if correct else 0.0, fields={"extracted_answer": answer, "tool_calls": calls})

@@ -1,0 +1,48 @@
+"""Math with a python tool: the tool runs in the sandbox; the final number decides the reward."""
+
+from __future__ import annotations
+
+from gym_serve import EnvRunner, ReplayModel, run_local
+from gym_serve.jsonl import read_jsonl
+
+from . import MathWithTools, extract_number, same_number
+
+ENV, CONFIG = MathWithTools, None
+
+
+def test_answer_extraction_and_comparison() -> None:
+    assert extract_number("so 12 apples, then \\boxed{1,389.15}") == "1389.15"
+    assert extract_number("first 3, finally 42") == "42"
+    assert same_number("0.5", "1/2") and same_number("1389.15", "1389.150") and not same_number("1380", "1389.15")
+
+
+async def test_the_python_tool_runs_sandboxed() -> None:
+    runner = EnvRunner(MathWithTools())
+    calls = [
+        {"type": "function_call", "name": "python", "arguments": '{"code": "print(6 * 7)"}', "call_id": "a"},
+        {"type": "function_call", "name": "python",
+         "arguments": '{"code": "import socket\\nsocket.create_connection((\\"1.1.1.1\\", 80), timeout=1)"}',
+         "call_id": "b"},
+        {"type": "function_call", "name": "python", "arguments": '{"code": "1/0"}', "call_id": "c"},
+    ]
+    outputs, _ = await runner.call_tools(calls, None)
+    assert outputs[0]["output"].strip() == "42"
+    assert "unreachable" in outputs[1]["output"].lower() or "disabled" in outputs[1]["output"]
+    assert "ZeroDivisionError" in outputs[2]["output"]
+
+
+async def test_episodes_are_multi_step() -> None:
+    row = next(row for _, row in read_jsonl(ENV.data_dir() / "example.jsonl"))
+    rollout = await run_local(row, MathWithTools(), ReplayModel.for_environment(ENV))
+    assert rollout["reward"] == 1.0 and rollout["tool_calls"] == 2
+
+
+async def test_every_example_row_replays_right_then_wrong() -> None:
+    rows = [row for _, row in read_jsonl(ENV.data_dir() / "example.jsonl")]
+    assert len(rows) >= 5
+    right = ReplayModel.for_environment(ENV)
+    wrong = ReplayModel.for_environment(ENV, error_rate=1.0)
+    for i, row in enumerate(rows):
+        row = {**row, "_ng_task_index": i, "_ng_rollout_index": 0}
+        assert (await run_local(row, ENV(CONFIG), right))["reward"] == 1.0, i
+        assert (await run_local(row, ENV(CONFIG), wrong))["reward"] == 0.0, i

@@ -1,0 +1,70 @@
+"""Text-to-SQL: result sets decide the reward; the database stays read-only; recordings replay right and wrong."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from gym_serve import ReplayModel, run_local
+from gym_serve.jsonl import read_jsonl
+from verifiers.sql import compare_queries
+
+from . import TextToSql, extract_sql
+
+ENV, CONFIG = TextToSql, None
+DB = TextToSql.data_dir() / "shop.db"
+
+
+async def test_order_matters_only_when_the_task_says_so() -> None:
+    asc, desc = "SELECT name FROM products ORDER BY price", "SELECT name FROM products ORDER BY price DESC"
+    assert (await compare_queries(DB, desc, asc)).reward == 1.0
+    assert (await compare_queries(DB, desc, asc, ordered=True)).reward == 0.0
+    # Duplicates count: a multiset, not a set.
+    assert (await compare_queries(DB, "SELECT city FROM customers", "SELECT DISTINCT city FROM customers")).reward == 0.0
+
+
+async def test_writes_and_attach_are_refused_and_the_file_is_unchanged() -> None:
+    before = hashlib.sha256(DB.read_bytes()).hexdigest()
+    for attack in ("DELETE FROM orders", "DROP TABLE customers", "ATTACH DATABASE '/tmp/x.db' AS x",
+                   "UPDATE products SET price = 0"):
+        result = await compare_queries(DB, attack, "SELECT 1")
+        assert result.reward == 0.0 and result.error, attack
+    assert hashlib.sha256(DB.read_bytes()).hexdigest() == before
+
+
+async def test_a_runaway_query_times_out() -> None:
+    endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT COUNT(*) FROM n"
+    result = await compare_queries(DB, endless, "SELECT 1", timeout_s=0.5)
+    assert result.reward == 0.0 and "TimeoutError" in result.error
+
+
+def test_the_query_is_the_last_sql_fence() -> None:
+    assert extract_sql("first ```sql\nSELECT 1;\n``` then ```sql\nSELECT 2;\n```") == "SELECT 2"
+    assert extract_sql("SELECT name FROM customers;") == "SELECT name FROM customers"
+
+
+async def test_a_database_outside_the_env_is_refused() -> None:
+    from . import SqlTask
+
+    with pytest.raises(ValueError, match="database"):
+        await ENV().verify(SqlTask(expected_sql="SELECT 1", database="../../../etc/passwd"),
+                           _answer("```sql\nSELECT 1\n```"), None)
+
+
+def _answer(text: str):
+    from gym_serve import Response
+
+    return Response.model_validate({"output": [{"type": "message", "role": "assistant",
+                                                "content": [{"type": "output_text", "text": text}]}]})
+
+
+async def test_every_example_row_replays_right_then_wrong() -> None:
+    rows = [row for _, row in read_jsonl(ENV.data_dir() / "example.jsonl")]
+    assert len(rows) >= 5
+    right = ReplayModel.for_environment(ENV)
+    wrong = ReplayModel.for_environment(ENV, error_rate=1.0)
+    for i, row in enumerate(rows):
+        row = {**row, "_ng_task_index": i, "_ng_rollout_index": 0}
+        assert (await run_local(row, ENV(CONFIG), right))["reward"] == 1.0, i
+        assert (await run_local(row, ENV(CONFIG), wrong))["reward"] == 0.0, i
