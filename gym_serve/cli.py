@@ -97,7 +97,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     specs = load_serve_config(args.config)
     if not Path(args.input).is_file():
         raise InputError("cannot open: no such file", source=args.input)
-    agents = serving.env_apps(specs)
+    agents = serving.env_apps(specs) + ([args.agent] if args.agent and args.agent not in serving.env_apps(specs) else [])
     default_agent = args.agent or (agents[0] if len(agents) == 1 else None)
     serving.connect(args.address)
     if not args.no_deploy:

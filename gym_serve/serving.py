@@ -59,8 +59,8 @@ def _build(spec: AppSpec, source: str) -> Any:
 
 
 def env_apps(specs: list[AppSpec]) -> list[str]:
-    """The applications that run episodes (those with an environment): the agents rows route to."""
-    return [s.name for s in specs if s.import_path != BUILDER or s.args.get("environment") is not None]
+    """The applications that run episodes (ours with an environment): the agents rows route to."""
+    return [s.name for s in specs if s.import_path == BUILDER and s.args.get("environment") is not None]
 
 
 def agent_capacity(specs: list[AppSpec], source: str) -> int:

@@ -1,0 +1,100 @@
+"""Environments and model deployments that misbehave on purpose, for the fault-tolerance tests.
+
+They live in an importable module (`tests.fault_parts:...`) so Serve replicas in
+other processes, and Serve configs, can load them by import path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+from pydantic import BaseModel
+from ray import serve
+
+from gym_serve import Environment, Task, tool
+
+
+class SlowConfig(BaseModel):
+    delay_s: float = 0.02
+
+
+class CountTask(Task):
+    bumps: int
+    hang: bool = False
+
+
+class Count(BaseModel):
+    count: int = 0
+
+
+class SlowCounter(Environment):
+    """Counts `bump` calls in the rollout's state; each call takes `delay_s`; rows with `hang` never return."""
+
+    Task = CountTask
+    State = Count
+    Config = SlowConfig
+
+    @tool
+    async def bump(self, state: Count) -> int:
+        """Add one to the counter."""
+        await asyncio.sleep(self.config.delay_s * random.uniform(0.5, 1.5))
+        state.count += 1
+        return state.count
+
+    async def seed(self, task: CountTask) -> Count:
+        if task.hang:
+            await asyncio.sleep(3600)
+        return Count()
+
+    async def verify(self, task: CountTask, response, state: Count) -> float:
+        return 1.0 if state.count == task.bumps else 0.0
+
+
+def bump_turn(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """Call `bump` until the count asked for in the first user message is reached, then answer."""
+    items = request["input"]
+    done = sum(1 for item in items if item.get("type") == "function_call_output")
+    wanted = int(items[0]["content"])
+    if done < wanted:
+        return [{"type": "function_call", "name": "bump", "arguments": "{}", "call_id": f"c{done}", "id": "f"}]
+    return [{"type": "message", "role": "assistant", "id": "m",
+             "content": [{"type": "output_text", "text": "done", "annotations": []}]}]
+
+
+@serve.deployment(name="Model", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=500)
+class BumpModel:
+    """A scripted policy for `SlowCounter`. With `fail_first`, every session's first call fails (a flaky endpoint)."""
+
+    def __init__(self, delay_s: float = 0.01, fail_first: bool = False) -> None:
+        self.delay_s = delay_s
+        self.fail_first = fail_first
+        self.seen: set[str] = set()
+
+    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+        await asyncio.sleep(self.delay_s)
+        if self.fail_first and session not in self.seen:
+            self.seen.add(session)
+            raise ConnectionError(f"503 from the model endpoint (session {session})")
+        return {"id": "r", "object": "response", "status": "completed", "output": bump_turn(request)}
+
+
+def counting_rows(n: int, **extra: Any) -> list[dict[str, Any]]:
+    return [{"responses_create_params": {"input": [{"role": "user", "content": str(1 + i % 3)}]},
+             "bumps": 1 + i % 3, "task_id": i, **extra} for i in range(n)]
+
+
+def counter_app_args(name: str, *, env_replicas: int = 1, agent_replicas: int = 1, delay_s: float = 0.02,
+                     call_timeout_s: float = 30.0) -> dict[str, Any]:
+    return {
+        "environment": {"name": "tests.fault_parts:SlowCounter", "config": {"delay_s": delay_s},
+                        "deployment": {"num_replicas": env_replicas}},
+        "agent": {"call_timeout_s": call_timeout_s, "deployment": {"num_replicas": agent_replicas}},
+        "model": {"kind": "app", "app": name},
+    }
+
+
+def build_bump_model(args: dict[str, Any]) -> Any:
+    """A Serve application builder for `BumpModel`, so a config file can deploy it."""
+    return BumpModel.bind(**args)

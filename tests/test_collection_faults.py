@@ -1,0 +1,164 @@
+"""Faults during real collections on Serve: hung tools, flaky tiers, replicas killed mid-run, a SIGKILLed driver."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+import yaml
+from ray import serve
+
+from deployments.app import build_app
+from gym_serve.config import AppArgs
+from gym_serve.driver import RolloutDriver, failures_path
+
+from .conftest import REPO, unique
+from .fault_parts import BumpModel, counter_app_args, counting_rows
+
+pytestmark = pytest.mark.serve
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def keys(rows: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    return sorted((r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows)
+
+
+def deploy_counter(name: str, model: Any, **kwargs: Any) -> None:
+    serve.run(model, name=name + "-model", route_prefix=None)
+    serve.run(build_app(AppArgs.model_validate(counter_app_args(name + "-model", **kwargs))),
+              name=name, route_prefix=None)
+
+
+async def collect(name: str, source: Path, out: Path, **job: Any) -> dict[str, Any]:
+    driver = RolloutDriver.remote()
+    try:
+        return await driver.collect.remote({"input_path": str(source), "output_path": str(out), "agents": [name],
+                                            "default_agent": name, **job})
+    finally:
+        ray.kill(driver)
+
+
+def teardown(name: str) -> None:
+    serve.delete(name)
+    serve.delete(name + "-model")
+
+
+async def test_a_hung_call_times_out_and_the_rest_finish(serve_instance: None, tmp_path: Path) -> None:
+    name = unique("hang")
+    deploy_counter(name, BumpModel.bind(), call_timeout_s=0.5)
+    rows = counting_rows(12)
+    rows[3]["hang"] = rows[7]["hang"] = True
+    out = tmp_path / "out.jsonl"
+    started = time.monotonic()
+    summary = await collect(name, write_rows(tmp_path / "in.jsonl", rows), out, max_attempts=2, concurrency=16)
+    assert time.monotonic() - started < 30
+    assert summary["rollouts"] == 10 and all(r["reward"] == 1.0 for r in read(out))
+    failures = read(failures_path(out))
+    assert sorted(f["task_id"] for f in failures) == [3, 7]
+    assert all(f["_ng_failure_class"] == "timeout" and f["attempts"] == 2 for f in failures)
+    assert "did not answer within 0.5 s" in failures[0]["error"]
+    teardown(name)
+
+
+async def test_a_flaky_model_costs_retries_not_rollouts(serve_instance: None, tmp_path: Path) -> None:
+    name = unique("flaky")
+    deploy_counter(name, BumpModel.bind(fail_first=True))
+    out = tmp_path / "out.jsonl"
+    summary = await collect(name, write_rows(tmp_path / "in.jsonl", counting_rows(20)), out, num_repeats=2)
+    assert summary["rollouts"] == 40 and summary["failures"] == 0
+    assert summary["retries"] == 40, "each session's first model call failed once"
+    assert all(r["reward"] == 1.0 for r in read(out))
+    teardown(name)
+
+
+def replica_actors(app: str) -> dict[str, list[str]]:
+    """Serve's replica actor names of an application, by deployment."""
+    found: dict[str, list[str]] = {}
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        parts = actor["name"].split("::", 1)[-1].split("#")
+        if actor["name"].startswith("SERVE_REPLICA::") and parts[0] == app:
+            found.setdefault(parts[1], []).append(actor["name"])
+    return found
+
+
+@pytest.mark.timeout(300)
+async def test_killing_replicas_of_every_tier_loses_no_rollout(serve_instance: None, tmp_path: Path) -> None:
+    name = unique("kill")
+    deploy_counter(name, BumpModel.options(num_replicas=2).bind(delay_s=0.02), env_replicas=2, agent_replicas=2,
+                   delay_s=0.02)
+    out = tmp_path / "out.jsonl"
+    source = write_rows(tmp_path / "in.jsonl", counting_rows(100))
+    collection = asyncio.ensure_future(collect(name, source, out, num_repeats=3, concurrency=48, max_attempts=8))
+    killed: list[str] = []
+    for app, deployment in [(name, "Agent"), (name, "Environment"), (name + "-model", "Model"), (name, "Agent")]:
+        await asyncio.sleep(1.0)
+        assert not collection.done(), "the collection should still be running while replicas die"
+        victim = replica_actors(app)[deployment][0]
+        ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=False)
+        killed.append(f"{deployment}:{victim}")
+    summary = await collection
+
+    rollouts = read(out)
+    assert len(killed) == 4
+    assert keys(rollouts) == [(t, k) for t in range(100) for k in range(3)], "every key exactly once"
+    assert summary["failures"] == 0 and read(failures_path(out)) == []
+    assert summary["retries"] > 0, "the kills cost retries"
+    print(f"kill test: killed {killed}; expected 300, written {len(rollouts)}, failures {summary['failures']}, "
+          f"duplicates {len(rollouts) - len(set(keys(rollouts)))}, retries {summary['retries']}")
+    assert all(r["reward"] == 1.0 for r in rollouts)
+    teardown(name)
+
+
+@pytest.mark.timeout(400)
+def test_a_sigkilled_collection_resumes_to_completion(tmp_path: Path) -> None:
+    config = {"applications": [
+        {"name": "bump-model", "import_path": "tests.fault_parts:build_bump_model", "args": {"delay_s": 0.05}},
+        {"name": "counter", "import_path": "deployments.app:build_app", "args": counter_app_args("bump-model")},
+    ]}
+    config_path = tmp_path / "app.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    source = write_rows(tmp_path / "in.jsonl", counting_rows(150))
+    out = tmp_path / "out.jsonl"
+    command = [sys.executable, "-m", "gym_serve.cli", "collect", "--config", str(config_path), "--input", str(source),
+               "--output", str(out), "--num-repeats", "2", "--concurrency", "8", "--address", "local"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    first = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 200
+    while time.monotonic() < deadline and len(read_lines(out)) < 60 and first.poll() is None:
+        time.sleep(0.2)
+    os.killpg(first.pid, signal.SIGKILL)  # the CLI, its local Ray, the driver actor: everything, mid-write
+    first.wait(timeout=30)
+    written_before = len(read_lines(out))
+    assert 60 <= written_before < 300, "the kill landed in the middle of the collection"
+
+    second = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    rollouts = read(out)
+    assert keys(rollouts) == [(t, k) for t in range(150) for k in range(2)], "every key once, nothing lost"
+    assert read(failures_path(out)) == []
+    assert all(r["reward"] == 1.0 for r in rollouts)
+    assert "300 expected" in second.stdout and "from before" in second.stdout
+    print(f"resume test: written before SIGKILL {written_before}, after resume {len(rollouts)} "
+          f"(unique {len(set(keys(rollouts)))}), failures 0\n{second.stdout}")
+
+
+def read_lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines() if path.exists() else []
