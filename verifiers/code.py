@@ -12,11 +12,12 @@ subprocess API, so the caller's event loop keeps serving) with these walls:
 - **a minimal environment**: `PATH`, `HOME`, `LANG` and nothing inherited, so
   secrets in the caller's environment never reach the code.
 - **isolation** (`isolation()` says which is in use), probed once per process:
-  `namespaces`: `unshare` puts the code in new user, network, mount and PID
+  `namespaces`: `unshare` (util-linux) puts the code in new user, network, mount and PID
   namespaces: no network interface but a downed loopback, every mount
   read-only except the work dir, its own `/proc`, and killing the sandbox
   kills every process in it. When running as root, the code also runs as
-  `nobody`, because the kernel does not enforce `RLIMIT_NPROC` for root.
+  `nobody` (via `setpriv`), because the kernel does not enforce `RLIMIT_NPROC`
+  for root.
   `audit_hook` (fallback where `unshare` is not permitted): a Python audit hook
   refuses sockets and writes outside the work dir. Audit hooks are not a
   security boundary against native code; use `namespaces` for hostile workloads.
@@ -132,11 +133,10 @@ def isolation() -> str:
     work = _make_work_dir()
     try:
         probe = subprocess.run(
-            [*_namespace_prefix(unshare), work, "true"],
+            [*_identity(), *_namespace_prefix(unshare), work, "true"],
             env=_minimal_env(work),
             capture_output=True,
             timeout=10,
-            **_identity(work),
         )
     except (OSError, subprocess.SubprocessError):
         return "audit_hook"
@@ -257,6 +257,7 @@ async def _run(
         command = [_python(), "-I", "-B", str(work_path / "_harness.py"), str(work_path / "spec.json")]
         if mode == "namespaces":
             command = [*_namespace_prefix(shutil.which("unshare") or "unshare"), work, *command]
+        command = [*_identity(), *command]
         payload = (f"{marker}\n" if marker else stdin).encode()
         return await _execute(command, work, payload, limits), marker
     finally:
@@ -273,7 +274,6 @@ async def _execute(command: list[str], work: str, payload: bytes, limits: Sandbo
         cwd=work,
         env=_minimal_env(work),
         start_new_session=True,  # its own process group, killed as a whole
-        **_identity(work),
     )
     exceeded = asyncio.Event()
 
@@ -337,11 +337,17 @@ def _namespace_prefix(unshare: str) -> list[str]:
     ]  # fmt: skip
 
 
-def _identity(work: str) -> dict:
-    """Run as `nobody` when we are root: the kernel exempts root from `RLIMIT_NPROC`."""
+def _identity() -> list[str]:
+    """Run as `nobody` when we are root: the kernel exempts root from `RLIMIT_NPROC`.
+
+    A `setpriv` prefix rather than Popen's `user=`: uvloop (Serve's event loop) does not take `user=`.
+    """
     if os.geteuid() != 0:
-        return {}
-    return {"user": _NOBODY, "group": _NOBODY, "extra_groups": []}
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise RuntimeError("running as root needs `setpriv` (util-linux) to drop to `nobody` in the sandbox")
+    return [setpriv, f"--reuid={_NOBODY}", f"--regid={_NOBODY}", "--clear-groups"]
 
 
 def _minimal_env(work: str) -> dict[str, str]:

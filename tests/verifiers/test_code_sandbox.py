@@ -184,3 +184,75 @@ async def test_the_audit_hook_fallback_also_refuses_sockets_and_outside_writes()
     assert not run.ok and not Path("/tmp/gs-audit-escape").exists()
     run, _ = await run_python("import os\nos.system('echo pwned > /tmp/gs-audit-escape')", limits=LIMITS, mode="audit_hook")
     assert not run.ok and not Path("/tmp/gs-audit-escape").exists()
+
+
+# ---- a real Serve replica of the code_generation environment under attack ----
+
+HOSTILE = {
+    "infinite_loop": "while True:\n    pass\n",
+    "fork_bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+    "memory_bomb": "blocks = [bytearray(64 * 1024**2) for _ in range(100)]\n",
+    "huge_output": "while True:\n    print('x' * 10000)\n",
+    "write_outside": "open('/tmp/gs-serve-escape', 'w').write('pwned')\n",
+    "read_secret": "import os\nif 'SECRET_TOKEN' not in os.environ:\n    raise SystemExit(1)\n",
+    "network": "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=2)\n",
+    "subprocess": "import subprocess\nsubprocess.Popen(['sleep', '4242.5'], start_new_session=True)\n"
+                  "subprocess.run(['sh', '-c', 'echo pwned > /tmp/gs-serve-escape'], check=True)\n",
+}
+
+
+def code_row(code: str, i: int) -> dict:
+    return {"responses_create_params": {"input": [{"role": "user", "content": f"```python\n{code}{ADD}```"}]},
+            "tests": TESTS, "_ng_task_index": i, "_ng_rollout_index": 0}
+
+
+@pytest.mark.serve
+async def test_a_serve_replica_contains_hostile_code_and_keeps_serving(serve_instance: None) -> None:
+    from ray import serve
+
+    from deployments.app import build_app
+    from gym_serve.config import AppArgs
+
+    @serve.deployment(name="Model", ray_actor_options={"num_cpus": 0})
+    class Echo:
+        """A model that answers with the user's message: the rows carry the solutions."""
+
+        async def responses(self, request: dict, session: str | None = None) -> dict:
+            text = request["input"][0]["content"]
+            return {"id": "r", "object": "response", "status": "completed", "output": [
+                {"type": "message", "role": "assistant", "id": "m",
+                 "content": [{"type": "output_text", "text": text, "annotations": []}]}]}
+
+    name = f"code-{uuid.uuid4().hex[:8]}"
+    token = f"tok-{uuid.uuid4().hex}"
+    serve.run(Echo.bind(), name=name + "-model", route_prefix=None)
+    args = AppArgs.model_validate({
+        "environment": {"name": "code_generation", "config": {"cpu_s": 2, "wall_s": 4, "memory_mb": 256},
+                        "deployment": {"num_replicas": 1, "ray_actor_options": {
+                            "num_cpus": 0, "runtime_env": {"env_vars": {"SECRET_TOKEN": token}}}}},
+        "model": {"kind": "app", "app": name + "-model"},
+    })
+    handle = serve.run(build_app(args), name=name, route_prefix=None)
+    env = serve.get_deployment_handle("Environment", app_name=name)
+    assert (await handle.run.remote(code_row("", 0)))["reward"] == 1.0
+
+    started = time.perf_counter()
+    attacks = {kind: handle.run.remote(code_row(code, i)) for i, (kind, code) in enumerate(HOSTILE.items(), start=1)}
+    latencies = []
+    while time.perf_counter() - started < 3:  # the attacks are running now
+        t0 = time.perf_counter()
+        await env.describe.remote()
+        latencies.append(time.perf_counter() - t0)
+        await asyncio.sleep(0.1)
+    rewards = {kind: (await response)["reward"] for kind, response in attacks.items()}
+    elapsed = time.perf_counter() - started
+
+    assert rewards == dict.fromkeys(HOSTILE, 0.0)
+    assert elapsed < 30  # each attack ended within its limits (2 s CPU, 4 s wall), two sandboxes at a time
+    assert max(latencies) < 1.0, latencies  # the replica's event loop kept answering during the attacks
+    assert not Path("/tmp/gs-serve-escape").exists() and alive_with("4242.5") == []
+    # ...and the same replica still scores correct code right.
+    after = await asyncio.gather(*(handle.run.remote(code_row("", 100 + i)) for i in range(4)))
+    assert [r["reward"] for r in after] == [1.0] * 4
+    serve.delete(name)
+    serve.delete(name + "-model")
