@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gym_serve import ReplayModel, run_local
 from gym_serve.jsonl import read_jsonl
+from tests.conftest import serve_instance  # noqa: F401  (the shared Ray + Serve fixture)
 
 from . import GridTask, GridWorld
 
@@ -43,3 +46,25 @@ async def test_every_example_row_replays_right_then_wrong() -> None:
         row = {**row, "_ng_task_index": i, "_ng_rollout_index": 0}
         assert (await run_local(row, ENV(CONFIG), right))["reward"] == 1.0, i
         assert (await run_local(row, ENV(CONFIG), wrong))["reward"] == 0.0, i
+
+
+@pytest.mark.serve
+async def test_the_game_runs_through_serve_handles(serve_instance: None) -> None:
+    """`user_turn` crosses the Agent → Environment handle like the other calls, with its state."""
+    import uuid
+
+    from ray import serve
+
+    from deployments.app import build_app
+    from gym_serve.config import AppArgs
+
+    name = f"grid-{uuid.uuid4().hex[:8]}"
+    app = build_app(AppArgs.model_validate({"environment": {"name": "grid_world", "deployment": {"num_replicas": 2}}}))
+    handle = serve.run(app, name=name, route_prefix=None)
+    rows = [{**row, "_ng_task_index": i, "_ng_rollout_index": 0}
+            for i, (_, row) in enumerate(read_jsonl(ENV.data_dir() / "example.jsonl"))]
+    rollouts = [await handle.run.remote(row) for row in rows]
+    assert [r["reward"] for r in rollouts] == [1.0] * len(rows)
+    assert [len(r["step_rewards"]) for r in rollouts] == [2, 3, 6, 4, 5]
+    assert all(round(r["step_rewards"][-1], 2) == 0.95 for r in rollouts)
+    serve.delete(name)

@@ -8,6 +8,7 @@ import pytest
 
 from gym_serve import ReplayModel, Response, RolloutError, run_local
 from gym_serve.jsonl import read_jsonl
+from tests.conftest import serve_instance  # noqa: F401  (the shared Ray + Serve fixture)
 from verifiers.llm_judge import JudgeError, build_judge_request, judge_equivalence, parse_verdict
 
 from . import LlmJudgeQa, QaTask
@@ -73,3 +74,46 @@ async def test_every_example_row_replays_right_then_wrong() -> None:
         row = {**row, "_ng_task_index": i, "_ng_rollout_index": 0}
         assert (await run_local(row, ENV(CONFIG), right))["reward"] == 1.0, i
         assert (await run_local(row, ENV(CONFIG), wrong))["reward"] == 0.0, i
+
+
+@pytest.mark.serve
+@pytest.mark.slow  # five applications: about 35 s
+async def test_the_judge_is_a_model_deployment_and_its_failure_is_judge_error(serve_instance: None) -> None:
+    """Judge = the replay model in its own Serve application, called through a handle by the env replica."""
+    import asyncio
+    import uuid
+
+    from ray import serve
+
+    from deployments.app import build_app
+    from gym_serve.config import AppArgs
+
+    judge_file = str(ENV.data_dir() / "judge_recordings.jsonl")
+    name = f"judge-qa-{uuid.uuid4().hex[:8]}"
+    serve.run(build_app(AppArgs.model_validate({"model": {"kind": "replay", "recordings": [judge_file]}})),
+              name=name + "-judge", route_prefix=None)
+    # A "judge" that never gives a verdict: the replay model over the policy's recordings.
+    serve.run(build_app(AppArgs.model_validate({"model": {"kind": "replay", "recordings": ["llm_judge_qa"]}})),
+              name=name + "-mute", route_prefix=None)
+    rows = [{**row, "_ng_task_index": i, "_ng_rollout_index": 0}
+            for i, (_, row) in enumerate(read_jsonl(ENV.data_dir() / "example.jsonl"))]
+    rewards = {}
+    for rate in (0.0, 1.0):
+        app = build_app(AppArgs.model_validate({
+            "environment": {"name": "llm_judge_qa", "config": {"judge_app": name + "-judge"}},
+            "model": {"kind": "replay", "error_rate": rate},
+        }))
+        handle = serve.run(app, name=f"{name}-{rate}", route_prefix=None)
+        rewards[rate] = [r["reward"] for r in await asyncio.gather(*(handle.run.remote(row) for row in rows))]
+    assert rewards == {0.0: [1.0] * len(rows), 1.0: [0.0] * len(rows)}
+
+    mute = build_app(AppArgs.model_validate({
+        "environment": {"name": "llm_judge_qa", "config": {"judge_app": name + "-mute"}},
+        "model": {"kind": "replay"},
+    }))
+    handle = serve.run(mute, name=name + "-broken", route_prefix=None)
+    with pytest.raises(RolloutError) as caught:
+        await handle.run.remote(rows[0])
+    assert caught.value.failure_class == "judge_error"
+    for suffix in ("-0.0", "-1.0", "-broken", "-judge", "-mute"):
+        serve.delete(name + suffix)
