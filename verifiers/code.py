@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -154,15 +155,18 @@ def _make_work_dir() -> str:
     return work
 
 
-_slots: asyncio.Semaphore | None = None
+_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
 def _semaphore() -> asyncio.Semaphore:
-    """At most one sandbox per CPU at a time in this process; the rest wait their turn."""
-    global _slots
-    if _slots is None:
-        _slots = asyncio.Semaphore(max(1, os.cpu_count() or 1))
-    return _slots
+    """At most one sandbox per CPU at a time per event loop; the rest wait their turn.
+
+    One semaphore per loop: an asyncio primitive is bound to the loop that first waits on it.
+    """
+    loop = asyncio.get_running_loop()
+    if loop not in _slots:
+        _slots[loop] = asyncio.Semaphore(max(1, os.cpu_count() or 1))
+    return _slots[loop]
 
 
 async def run_python(
