@@ -39,6 +39,12 @@ def _set_limits(spec):
 _NO_PROGRAMS = ("subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "pty.spawn", "ctypes.")
 
 
+def _other_process(path):
+    """`/proc/<pid>/...` of a process other than this one (its environ could hold the caller's secrets)."""
+    parts = path.split(os.sep)
+    return len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and int(parts[2]) != os.getpid()
+
+
 def _install_guard(work_dir):
     """Fallback isolation: refuse sockets, new programs and writes outside the work dir."""
     root = os.path.realpath(work_dir)
@@ -50,6 +56,8 @@ def _install_guard(work_dir):
             raise PermissionError(f"starting programs is disabled in the sandbox ({event})")
         if event == "open" and len(args) >= 3:
             path, mode, flags = args[0], args[1], args[2]
+            if isinstance(path, (str, bytes)) and _other_process(os.path.realpath(os.fsdecode(path))):
+                raise PermissionError("reading other processes' /proc entries is disabled in the sandbox")
             writing = (mode and any(c in str(mode) for c in "wax+")) or (
                 isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
             )
