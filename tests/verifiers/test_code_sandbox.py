@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -122,24 +121,15 @@ async def test_secrets_in_the_parent_environment_are_invisible(monkeypatch: pyte
 
 
 async def test_network_sockets_reach_nothing() -> None:
-    server = socket.create_server(("127.0.0.1", 0))
+    server = socket.create_server(("127.0.0.1", 0))  # a listener on the host's loopback
     port = server.getsockname()[1]
-    accepted: list[object] = []
-    server.settimeout(6)
-
-    def accept() -> None:
-        try:
-            accepted.append(server.accept())
-        except OSError:
-            pass
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
     attack = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'hi')\n"
     assert (await score(ADD + attack))[0] == 0.0
+    server.setblocking(False)
+    with pytest.raises(BlockingIOError):  # nothing ever connected: the backlog is empty
+        server.accept()
     server.close()
-    thread.join(timeout=7)
-    assert accepted == []
+    assert (await score(ADD + "import urllib.request\nurllib.request.urlopen('http://example.com', timeout=2)"))[0] == 0.0
 
 
 async def test_spawned_processes_die_with_the_sandbox_and_cannot_escape_it() -> None:
