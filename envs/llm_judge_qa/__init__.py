@@ -4,8 +4,8 @@ Rows carry `question` and `expected_answer` (NeMo Gym's equivalence-judge
 format). The judge is a model deployment: the `Model` deployment of the Serve
 application named by `judge_app` (see `deployments/llm_judge_qa.yaml`, where
 the judge is the replay model playing `data/judge_recordings.jsonl`; point it
-at a vLLM or OpenAI-backed application for real judging). `judge_recordings`
-instead runs an in-process replay judge, for offline tests.
+at a vLLM or OpenAI-backed application for real judging). Without
+`judge_app`, an in-process replay judge plays `judge_recordings` (offline use).
 
 Reward: 1.0 when the judge says EQUIVALENT, 0.0 when it says NOT_EQUIVALENT.
 A judge that fails or gives no verdict fails the rollout with failure class
@@ -31,8 +31,11 @@ class QaTask(Task):
 class JudgeConfig(BaseModel):
     judge_app: str | None = None
     """The Serve application whose `Model` deployment judges."""
-    judge_recordings: list[str] | None = None
-    """Recorded judge answers for an in-process replay judge (offline tests); paths relative to `data/`."""
+    judge_recordings: list[str] = ["judge_recordings.jsonl"]
+    """Without `judge_app`: recorded verdicts for an in-process replay judge (offline); paths under `data/`.
+
+    The default plays this env's own recordings, so the examples run offline; an answer they do not
+    cover gets no verdict and fails as `judge_error`, never a silent score."""
     judge_model: str | None = None
     """The `model` field sent to the judge, if its deployment serves several."""
 
@@ -57,13 +60,11 @@ class LlmJudgeQa(Environment):
         if self._judge_client is None:
             if self.config.judge_app:
                 self._judge_client = _HandleJudge(self.config.judge_app)
-            elif self.config.judge_recordings:
+            else:
                 from gym_serve.replay import ReplayModel
 
                 paths = [self.data_dir() / Path(p) for p in self.config.judge_recordings]
                 self._judge_client = ReplayModel(paths, name="replay-judge")
-            else:
-                raise ValueError("llm_judge_qa needs `judge_app` or `judge_recordings` in its config")
         return self._judge_client
 
     async def verify(self, task: QaTask, response: Response, state: None) -> Verdict:
