@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ray import serve
@@ -11,37 +13,64 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from gym_serve.agent import AgentConfig, run_episode
+from gym_serve.batching import MicroBatcher, stream_batch
 
 DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": 0}}
 
 
 class _HandleModel:
+    """The Model tier through its handle, with calls micro-batched when the deployment offers `responses_batch`."""
+
     def __init__(self, handle: DeploymentHandle) -> None:
-        self._responses = handle.responses
+        self._handle = handle
+        self._batched: MicroBatcher[tuple[dict[str, Any], str | None], dict[str, Any]] | None = None
+        self._probed = asyncio.Lock()
+        self._can_batch: bool | None = None
 
     async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
-        return await self._responses.remote(request, session)
+        if self._can_batch is None:
+            await self._probe()
+        if self._batched is not None:
+            return await self._batched((request, session))
+        return await self._handle.responses.remote(request, session)
+
+    async def _probe(self) -> None:
+        """Ask once whether the deployment batches (vLLM and API models do not need to: a call there is costly anyway)."""
+        async with self._probed:
+            if self._can_batch is not None:
+                return
+            batch = self._handle.options(stream=True).responses_batch
+            try:
+                async for _ in batch.remote([]):
+                    pass
+                self._batched = MicroBatcher(lambda calls: batch.remote(calls))
+                self._can_batch = True
+            except Exception:
+                self._can_batch = False
 
 
 class _HandleEnv:
+    """The Environment tier through its handle, every call micro-batched per method."""
+
     def __init__(self, handle: DeploymentHandle) -> None:
         self.describe = handle.describe
-        self._seed = handle.seed
-        self._call_tools = handle.call_tools
-        self._user_turn = handle.user_turn
-        self._verify = handle.verify
+        send = handle.options(stream=True).batch.remote
+        self._seed = MicroBatcher(lambda calls: send("seed", calls))
+        self._call_tools = MicroBatcher(lambda calls: send("call_tools", calls))
+        self._user_turn = MicroBatcher(lambda calls: send("user_turn", calls))
+        self._verify = MicroBatcher(lambda calls: send("verify", calls))
 
     async def seed(self, row: dict[str, Any]) -> Any:
-        return await self._seed.remote(row)
+        return await self._seed((row,))
 
     async def call_tools(self, calls: list[dict[str, Any]], state: Any) -> tuple[list[dict[str, Any]], Any]:
-        return await self._call_tools.remote(calls, state)
+        return await self._call_tools((calls, state))
 
     async def user_turn(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> tuple[Any, Any]:
-        return await self._user_turn.remote(row, response, state)
+        return await self._user_turn((row, response, state))
 
     async def verify(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> dict[str, Any]:
-        return await self._verify.remote(row, response, state)
+        return await self._verify((row, response, state))
 
 
 @serve.deployment(name="Agent")
@@ -66,6 +95,15 @@ class AgentDeployment:
         if self._env_info is None:
             self._env_info = await self.env.describe.remote()
         return await run_episode(row, model=self.model, env=self.env, env_info=self._env_info, config=self.config)
+
+    async def run_batch(self, rows: list[dict[str, Any]]) -> AsyncIterator[list[tuple[int, Any]]]:
+        """Run many rollouts from one request, streaming `(index, rollout or exception)` pairs as they finish.
+
+        The driver sends rows this way (one Serve request per batch, not per rollout); an
+        exception comes back as a value, so one failed rollout does not fail its batch.
+        """
+        async for item in stream_batch(self.run, [(row,) for row in rows]):
+            yield item
 
     async def __call__(self, request: Request) -> JSONResponse:
         try:

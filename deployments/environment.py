@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ray import serve
 
+from gym_serve.batching import stream_batch
 from gym_serve.config import EnvironmentArgs
 from gym_serve.env_runner import EnvRunner
 from gym_serve.registry import load_environment_class
@@ -35,3 +37,13 @@ class EnvironmentDeployment:
 
     async def verify(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> dict[str, Any]:
         return await self.runner.verify(row, response, state)
+
+    async def batch(self, method: str, calls: list[tuple[Any, ...]]) -> AsyncIterator[list[tuple[int, Any]]]:
+        """Many calls of one method in one streaming request (see `gym_serve.batching`): a slow call holds up no other."""
+        if method not in _BATCHABLE:
+            raise ValueError(f"`{method}` cannot be batched; batchable: {', '.join(sorted(_BATCHABLE))}")
+        async for item in stream_batch(getattr(self.runner, method), calls):
+            yield item
+
+
+_BATCHABLE = frozenset({"seed", "call_tools", "user_turn", "verify"})

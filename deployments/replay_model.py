@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ray import serve
 
+from gym_serve.batching import stream_batch
 from gym_serve.config import ReplayModelArgs
 from gym_serve.registry import load_environment_class
 from gym_serve.replay import ReplayModel
@@ -22,6 +24,11 @@ class ReplayModelDeployment:
 
     async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         return self.model.respond(request, session)
+
+    async def responses_batch(self, calls: list[tuple[dict[str, Any], str | None]]) -> AsyncIterator[list[tuple[int, Any]]]:
+        """Many `responses` calls in one streaming request (see `gym_serve.batching`)."""
+        async for item in stream_batch(self.responses, calls):
+            yield item
 
 
 def recording_path(source: str) -> Path:

@@ -27,6 +27,7 @@ from typing import Any
 import ray
 from pydantic import BaseModel, Field
 
+from gym_serve.batching import MicroBatcher
 from gym_serve.errors import InputError
 from gym_serve.failures import RETRYABLE, classify
 from gym_serve.jsonl import JsonlWriter
@@ -250,7 +251,7 @@ class RolloutDriver:
 
     def __init__(self) -> None:
         self._collection: Collection | None = None
-        self._handles: dict[str, Any] = {}
+        self._batchers: dict[str, MicroBatcher[dict[str, Any], dict[str, Any]]] = {}
 
     def progress(self) -> dict[str, Any]:
         return self._collection.snapshot().model_dump() if self._collection else CollectSummary().model_dump()
@@ -260,9 +261,11 @@ class RolloutDriver:
         return (await self._collection.run()).model_dump()
 
     async def _call(self, agent: str, row: dict[str, Any]) -> dict[str, Any]:
-        handle = self._handles.get(agent)
-        if handle is None:
+        """Rows go to an agent in micro-batches, one streaming Serve request per batch (`gym_serve.batching`)."""
+        batcher = self._batchers.get(agent)
+        if batcher is None:
             from ray import serve
 
-            handle = self._handles[agent] = serve.get_app_handle(agent).run
-        return await handle.remote(row)
+            run_batch = serve.get_app_handle(agent).options(stream=True).run_batch
+            batcher = self._batchers[agent] = MicroBatcher(lambda rows: run_batch.remote(rows), max_size=32)
+        return await batcher(row)

@@ -1,0 +1,83 @@
+"""Micro-batching: calls of one moment share a request; failures stay with their call; slow calls hold up none."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from gym_serve.batching import MicroBatcher, stream_batch
+
+
+async def test_calls_of_one_turn_share_a_request_and_keep_their_results() -> None:
+    sent: list[list[int]] = []
+
+    async def send(items: list[int]) -> list[Any]:
+        sent.append(items)
+        return [ValueError(f"odd {i}") if i % 2 else i * 10 for i in items]
+
+    batcher: MicroBatcher[int, int] = MicroBatcher(send, max_size=4)
+    results = await asyncio.gather(*(batcher(i) for i in range(6)), return_exceptions=True)
+    assert sent == [[0, 1, 2, 3], [4, 5]]
+    assert results[0] == 0 and results[4] == 40
+    assert isinstance(results[3], ValueError) and str(results[3]) == "odd 3"
+
+
+async def test_a_failed_request_fails_every_call_in_it() -> None:
+    async def send(items: list[int]) -> list[int]:
+        raise ConnectionError("replica died")
+
+    batcher: MicroBatcher[int, int] = MicroBatcher(send)
+    results = await asyncio.gather(*(batcher(i) for i in range(3)), return_exceptions=True)
+    assert all(isinstance(r, ConnectionError) for r in results)
+
+
+async def test_streamed_results_arrive_as_calls_finish() -> None:
+    async def work(i: int) -> int:
+        await asyncio.sleep(10 if i == 0 else 0.01)
+        return i
+
+    batcher: MicroBatcher[tuple[int], int] = MicroBatcher(lambda calls: stream_batch(work, calls))
+    slow = asyncio.ensure_future(batcher((0,)))
+    fast = await asyncio.wait_for(asyncio.gather(*(batcher((i,)) for i in range(1, 5))), timeout=2)
+    assert fast == [1, 2, 3, 4], "the slow call in the same batch held up no other"
+    assert not slow.done()
+    slow.cancel()
+
+
+async def test_stream_batch_yields_what_finished_together_and_exceptions_as_values() -> None:
+    async def work(i: int) -> int:
+        if i == 2:
+            raise KeyError(i)
+        await asyncio.sleep(0.05 if i == 3 else 0)
+        return i
+
+    chunks = [chunk async for chunk in stream_batch(work, [(i,) for i in range(4)])]
+    assert sorted(i for i, _ in chunks[0]) == [0, 1, 2] and chunks[-1] == [(3, 3)]
+    assert isinstance(dict(chunks[0])[2], KeyError)
+
+
+async def test_a_caller_that_gives_up_does_not_break_the_batch() -> None:
+    async def send(items: list[float]) -> list[float]:
+        await asyncio.sleep(0.1)
+        return items
+
+    batcher: MicroBatcher[float, float] = MicroBatcher(send)
+    impatient = asyncio.wait_for(batcher(1.0), timeout=0.01)
+    patient = batcher(2.0)
+    results = await asyncio.gather(impatient, patient, return_exceptions=True)
+    assert isinstance(results[0], TimeoutError) and results[1] == 2.0
+
+
+@pytest.mark.parametrize("max_size", [1, 3])
+async def test_max_size_bounds_each_request(max_size: int) -> None:
+    sizes: list[int] = []
+
+    async def send(items: list[int]) -> list[int]:
+        sizes.append(len(items))
+        return items
+
+    batcher: MicroBatcher[int, int] = MicroBatcher(send, max_size=max_size)
+    await asyncio.gather(*(batcher(i) for i in range(7)))
+    assert max(sizes) == max_size and sum(sizes) == 7
