@@ -1,0 +1,58 @@
+"""The training-token contract: each model call's token ids, and the contiguity invariant across calls.
+
+The last output item of every model call carries `prompt_token_ids`,
+`generation_token_ids` and `generation_log_probs` (NeMo Gym's "ForTraining"
+items). For on-policy training the ids must be exactly what the policy saw
+and sampled, so across the calls of one rollout the running sequence
+`prompt + generation` of a call must be a prefix of the next call's prompt —
+the check NeMo RL makes ("Non-contiguous messages found!"). A model tier that
+re-renders and re-tokenizes history breaks it; ours extends the sequence.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+__all__ = ["TOKEN_FIELDS", "ContiguityReport", "check_contiguity", "token_calls"]
+
+TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+
+
+class ContiguityReport(BaseModel):
+    """What `check_contiguity` found: `ok` only if every call extends the one before it."""
+
+    calls: int
+    ok: bool
+    problems: list[str]
+
+
+def token_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items that carry a model call's token bundle, in order."""
+    return [item for item in items if "generation_token_ids" in item]
+
+
+def check_contiguity(rollout: dict[str, Any]) -> ContiguityReport:
+    """Check every model call of a rollout row (or of a Responses object) against the contract."""
+    response = rollout.get("response", rollout)
+    calls = token_calls(response.get("output", []))
+    problems: list[str] = []
+    sequence: list[int] | None = None
+    for number, item in enumerate(calls, start=1):
+        missing = [field for field in TOKEN_FIELDS if not isinstance(item.get(field), list)]
+        if missing:
+            problems.append(f"call {number}: incomplete token bundle, missing {', '.join(missing)}")
+            continue
+        prompt, generation, logprobs = (item[field] for field in TOKEN_FIELDS)
+        if len(generation) != len(logprobs):
+            problems.append(f"call {number}: {len(generation)} generated tokens but {len(logprobs)} log-probs")
+        if not generation:
+            problems.append(f"call {number}: empty generation")
+        if sequence is not None and prompt[: len(sequence)] != sequence:
+            at = next((i for i, (a, b) in enumerate(zip(prompt, sequence)) if a != b), min(len(prompt), len(sequence)))
+            problems.append(f"call {number}: prompt does not extend the previous prompt + generation "
+                            f"(first difference at token {at} of {len(sequence)})")
+        sequence = prompt + generation
+    return ContiguityReport(calls=len(calls), ok=not problems and bool(calls), problems=problems or
+                            ([] if calls else ["no model call carries token ids"]))
