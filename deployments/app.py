@@ -12,7 +12,7 @@ from ray.serve import Application
 
 from deployments import agent, environment, replay_model
 from gym_serve.agent import AgentConfig
-from gym_serve.config import AppArgs, ModelRefArgs, ReplayModelArgs, validate_app_args
+from gym_serve.config import AppArgs, ModelRefArgs, ReplayModelArgs, VLLMModelArgs, validate_app_args
 
 __all__ = ["build_app"]
 
@@ -26,6 +26,13 @@ def build_app(args: AppArgs | dict[str, Any]) -> Application:
     if isinstance(args.model, ReplayModelArgs):
         options = args.model.deployment.serve_options(replay_model.DEFAULTS)
         model = replay_model.ReplayModelDeployment.options(**options).bind(args.model, env_name)
+    elif isinstance(args.model, VLLMModelArgs):
+        from deployments import vllm_model  # imports vLLM only where it is used
+
+        defaults = {**vllm_model.DEFAULTS, "max_ongoing_requests": args.model.engine.max_num_seqs}
+        model = vllm_model.VLLMModelDeployment.options(**args.model.deployment.serve_options(defaults)).bind(
+            args.model
+        )
     if args.environment is None:
         if model is None:
             raise ValueError("an application without an environment must define its own model")

@@ -44,6 +44,8 @@ __all__ = [
     "ModelRefArgs",
     "ReplayModelArgs",
     "TIERS",
+    "VLLMEngineOptions",
+    "VLLMModelArgs",
     "load_serve_config",
 ]
 
@@ -108,6 +110,36 @@ class ReplayModelArgs(BaseModel):
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
 
 
+class VLLMEngineOptions(BaseModel):
+    """vLLM engine options (`AsyncEngineArgs`); anything not listed goes in `extra`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="A local model folder (or a hub id, where the hub is reachable).")
+    dtype: str = "auto"
+    max_model_len: int = 4096
+    max_num_seqs: int = 64
+    load_format: str = "auto"
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    enforce_eager: bool = False
+    seed: int = 0
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class VLLMModelArgs(BaseModel):
+    """vLLM engine replicas: the policy itself, with exact token ids and log-probs for training."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["vllm"] = "vllm"
+    engine: VLLMEngineOptions
+    make_tiny_model: bool = Field(default=False, description="Create the tiny local test model at `engine.model`.")
+    default_max_output_tokens: int = 512
+    cpu_kv_cache_gib: int = Field(default=1, ge=1, description="KV cache size on CPU builds (VLLM_CPU_KVCACHE_SPACE).")
+    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+
+
 class ModelRefArgs(BaseModel):
     """Use the `Model` deployment of another application (one model tier shared by many environments)."""
 
@@ -117,7 +149,7 @@ class ModelRefArgs(BaseModel):
     app: str
 
 
-ModelArgs = Annotated[ReplayModelArgs | ModelRefArgs, Field(discriminator="kind")]
+ModelArgs = Annotated[ReplayModelArgs | VLLMModelArgs | ModelRefArgs, Field(discriminator="kind")]
 
 
 class AppArgs(BaseModel):

