@@ -12,7 +12,14 @@ from ray.serve import Application
 
 from deployments import agent, environment, replay_model
 from gym_serve.agent import AgentConfig
-from gym_serve.config import AppArgs, ModelRefArgs, ReplayModelArgs, VLLMModelArgs, validate_app_args
+from gym_serve.config import (
+    AppArgs,
+    ModelRefArgs,
+    OpenAIModelArgs,
+    ReplayModelArgs,
+    VLLMModelArgs,
+    validate_app_args,
+)
 
 __all__ = ["build_app"]
 
@@ -26,6 +33,11 @@ def build_app(args: AppArgs | dict[str, Any]) -> Application:
     if isinstance(args.model, ReplayModelArgs):
         options = args.model.deployment.serve_options(replay_model.DEFAULTS)
         model = replay_model.ReplayModelDeployment.options(**options).bind(args.model, env_name)
+    elif isinstance(args.model, OpenAIModelArgs):
+        from deployments import openai_model
+
+        options = args.model.deployment.serve_options(openai_model.DEFAULTS)
+        model = openai_model.OpenAIModelDeployment.options(**options).bind(args.model)
     elif isinstance(args.model, VLLMModelArgs):
         from deployments import vllm_model  # imports vLLM only where it is used
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from gym_serve.agent import AgentConfig
 from gym_serve.errors import ConfigError, EnvError
@@ -42,6 +42,7 @@ __all__ = [
     "EnvironmentArgs",
     "ModelArgs",
     "ModelRefArgs",
+    "OpenAIModelArgs",
     "ReplayModelArgs",
     "TIERS",
     "VLLMEngineOptions",
@@ -140,6 +141,23 @@ class VLLMModelArgs(BaseModel):
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
 
 
+class OpenAIModelArgs(BaseModel):
+    """Any OpenAI-compatible endpoint (the OpenAI API, `vllm serve`, other providers)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["openai"] = "openai"
+    base_url: str = "https://api.openai.com/v1"
+    model: str
+    api: Literal["responses", "chat"] = Field(default="responses", description="Which API the endpoint speaks.")
+    api_key: SecretStr | None = Field(default=None, description="Prefer `api_key_env`: keys do not belong in files.")
+    api_key_env: str = "OPENAI_API_KEY"
+    max_retries: int = Field(default=5, ge=0, description="Retries on 429, 5xx, connection errors and timeouts.")
+    timeout_s: float = 120.0
+    max_concurrency: int = Field(default=64, ge=1, description="Requests one replica keeps in flight.")
+    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+
+
 class ModelRefArgs(BaseModel):
     """Use the `Model` deployment of another application (one model tier shared by many environments)."""
 
@@ -149,7 +167,9 @@ class ModelRefArgs(BaseModel):
     app: str
 
 
-ModelArgs = Annotated[ReplayModelArgs | VLLMModelArgs | ModelRefArgs, Field(discriminator="kind")]
+ModelArgs = Annotated[
+    ReplayModelArgs | VLLMModelArgs | OpenAIModelArgs | ModelRefArgs, Field(discriminator="kind")
+]
 
 
 class AppArgs(BaseModel):
