@@ -38,6 +38,8 @@ class VLLMModelDeployment:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(args.cpu_kv_cache_gib))
+        if args.cpu_threads:  # Ray sets OMP_NUM_THREADS from the actor's CPUs; the CPU build computes with OpenMP
+            os.environ["OMP_NUM_THREADS"] = str(args.cpu_threads)
         if args.make_tiny_model:
             from gym_serve.tiny_model import make_tiny_model
 
@@ -67,6 +69,7 @@ class VLLMModelDeployment:
             top_p=request.get("top_p") if request.get("top_p") is not None else 1.0,
             seed=request.get("seed"),
             logprobs=0,
+            ignore_eos=self.args.ignore_eos,
             structured_outputs=_forced_tool_call(request),
         )
         final = None

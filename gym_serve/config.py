@@ -137,6 +137,8 @@ class VLLMModelArgs(BaseModel):
     engine: VLLMEngineOptions
     make_tiny_model: bool = Field(default=False, description="Create the tiny local test model at `engine.model`.")
     default_max_output_tokens: int = 512
+    ignore_eos: bool = Field(default=False, description="Generate to the token limit (benchmarks).")
+    cpu_threads: int | None = Field(default=None, description="OpenMP threads on CPU builds (default: Ray's).")
     cpu_kv_cache_gib: int = Field(default=1, ge=1, description="KV cache size on CPU builds (VLLM_CPU_KVCACHE_SPACE).")
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
 

@@ -43,7 +43,7 @@ def agent(tiny_model: Path) -> Iterator[Any]:
         "environment": {"name": "example_single_tool_call"},
         "agent": {"max_steps": 2},
         "model": {"kind": "vllm", "engine": {"model": str(tiny_model), "dtype": "float32",
-                                             "max_model_len": MAX_MODEL_LEN, "max_num_seqs": 8,
+                                             "max_model_len": MAX_MODEL_LEN, "max_num_seqs": 8, "gpu_memory_utilization": 0.3,
                                              "enforce_eager": True},
                   "default_max_output_tokens": 32, "deployment": {"ray_actor_options": {"num_cpus": 0}}},
     })
