@@ -66,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
     collect.add_argument("--no-deploy", action="store_true", help="use applications already running")
     collect.set_defaults(func=cmd_collect)
 
+    prof = sub.add_parser("profile", help="per-task reward profile, aggregate metrics (pass@k) and a plot")
+    prof.add_argument("--rollouts", required=True, help="the rollouts JSONL a collection wrote")
+    prof.add_argument("--inputs", help="its materialized inputs (default: <rollouts>_materialized_inputs.jsonl)")
+    prof.add_argument("--allow-partial", action="store_true", help="profile what completed; missing is no error")
+    prof.set_defaults(func=cmd_profile)
+
     demo = sub.add_parser("demo", help="run the example environments end to end on the replay model")
     demo.add_argument("--out", help="folder for the rollout files (default: ./gym-serve-demo-<time>)")
     demo.add_argument("--num-repeats", type=int, default=4)
@@ -121,6 +127,18 @@ def cmd_collect(args: argparse.Namespace) -> int:
     )
     print(_format_summary(summary))
     return 0 if summary["rollouts"] + summary["rollouts_resumed"] > 0 or summary["rows_read"] == 0 else 1
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from gym_serve.profiling import profile
+
+    result = profile(args.rollouts, args.inputs, allow_partial=args.allow_partial)
+    print(f"rollouts: {result['completed']} of {result['expected']} expected ({result['missing']} missing)")
+    for agent, metrics in result["key_metrics"].items():
+        shown = ", ".join(f"{k} {v:.3f}" for k, v in metrics.items() if "/" in k and "std" not in k)
+        print(f"{agent}: {shown}")
+    print(f"wrote {result['reward_profiling']}\n      {result['aggregate_metrics']}\n      {result['plot']}")
+    return 0
 
 
 def _repeats(text: str) -> int | dict[str, int]:
