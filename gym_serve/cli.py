@@ -72,6 +72,13 @@ def _parser() -> argparse.ArgumentParser:
     prof.add_argument("--allow-partial", action="store_true", help="profile what completed; missing is no error")
     prof.set_defaults(func=cmd_profile)
 
+    rev = sub.add_parser("reverify", help="re-score stored rollouts with the current verifiers (no model calls)")
+    rev.add_argument("--rollouts", required=True, help="the rollouts JSONL to re-score")
+    group = rev.add_mutually_exclusive_group(required=True)
+    group.add_argument("--env", help="the environment of every row")
+    group.add_argument("--config", help="a Serve config: each row's agent_ref.name names its application")
+    rev.set_defaults(func=cmd_reverify)
+
     demo = sub.add_parser("demo", help="run the example environments end to end on the replay model")
     demo.add_argument("--out", help="folder for the rollout files (default: ./gym-serve-demo-<time>)")
     demo.add_argument("--num-repeats", type=int, default=4)
@@ -138,6 +145,25 @@ def cmd_profile(args: argparse.Namespace) -> int:
         shown = ", ".join(f"{k} {v:.3f}" for k, v in metrics.items() if "/" in k and "std" not in k)
         print(f"{agent}: {shown}")
     print(f"wrote {result['reward_profiling']}\n      {result['aggregate_metrics']}\n      {result['plot']}")
+    return 0
+
+
+def cmd_reverify(args: argparse.Namespace) -> int:
+    from gym_serve.reverify import run
+
+    if args.env:
+        environments = {"*": args.env}
+    else:
+        environments = {s.name: s.app_args(args.config).environment.name for s in load_serve_config(args.config)
+                        if s.args.get("environment")}
+    result = run(args.rollouts, environments)
+    print(f"{'agent':<28} {'rows':>6} {'changed':>8} {'mean before':>12} {'mean after':>11}")
+    for agent, s in sorted(result["agents"].items()):
+        print(f"{agent:<28} {int(s['rows']):>6} {int(s['changed']):>8} {s['before']:>12.3f} {s['after']:>11.3f}")
+    for change in result["changed"][:20]:
+        print(f"  line {change['line']}: task {change['_ng_task_index']} rollout {change['_ng_rollout_index']}: "
+              f"{change['before']} -> {change['after']}")
+    print(f"wrote {result['output']}")
     return 0
 
 
