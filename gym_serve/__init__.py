@@ -20,12 +20,14 @@ from gym_serve.errors import (
 from gym_serve.local import run_local
 from gym_serve.protocol import InputRow, Response, RolloutRow
 from gym_serve.replay import ReplayModel
+from gym_serve.tokens import ContiguityReport, check_contiguity
 from gym_serve.tools import tool
 
 __all__ = sorted(
     [
         "AgentConfig",
         "ConfigError",
+        "ContiguityReport",
         "EnvError",
         "EnvRunner",
         "Environment",
@@ -42,6 +44,7 @@ __all__ = sorted(
         "Turn",
         "Verdict",
         "VerifyError",
+        "check_contiguity",
         "run_episode",
         "run_local",
         "tool",
