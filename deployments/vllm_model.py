@@ -22,7 +22,8 @@ from typing import Any
 from ray import serve
 
 from gym_serve.config import VLLMModelArgs
-from gym_serve.conversion import responses_request_to_chat
+from gym_serve.conversion import chat_request_to_responses, responses_request_to_chat, responses_response_to_chat
+from gym_serve.tokens import TOKEN_FIELDS
 from gym_serve.tool_parsing import parse_output
 
 __all__ = ["VLLMModelDeployment"]
@@ -81,6 +82,13 @@ class VLLMModelDeployment:
         generated = list(out.token_ids)
         logprobs = [float(step[token].logprob) for step, token in zip(out.logprobs or [], generated, strict=True)]
         return self._response(request, parse_output(out.text), prompt_ids, generated, logprobs, out.finish_reason)
+
+    async def chat_completions(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+        """The same, for a Chat Completions request; token ids stay on the message as extra fields."""
+        response = await self.responses(chat_request_to_responses(request), session)
+        completion = responses_response_to_chat(response)
+        completion["choices"][0]["message"].update({k: response["output"][-1][k] for k in TOKEN_FIELDS})
+        return completion
 
     def _prompt_ids(self, request: dict[str, Any]) -> list[int]:
         """The prompt's token ids: the last call's ids extended by the new turns, or the whole conversation rendered."""

@@ -70,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     prof.add_argument("--rollouts", required=True, help="the rollouts JSONL a collection wrote")
     prof.add_argument("--inputs", help="its materialized inputs (default: <rollouts>_materialized_inputs.jsonl)")
     prof.add_argument("--allow-partial", action="store_true", help="profile what completed; missing is no error")
+    prof.add_argument("--config", help="the Serve config of the collection: adds each environment's own metrics")
     prof.set_defaults(func=cmd_profile)
 
     rev = sub.add_parser("reverify", help="re-score stored rollouts with the current verifiers (no model calls)")
@@ -139,7 +140,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
     from gym_serve.profiling import profile
 
-    result = profile(args.rollouts, args.inputs, allow_partial=args.allow_partial)
+    environments = _environments(args.config) if args.config else None
+    result = profile(args.rollouts, args.inputs, allow_partial=args.allow_partial, environments=environments)
     print(f"rollouts: {result['completed']} of {result['expected']} expected ({result['missing']} missing)")
     for agent, metrics in result["key_metrics"].items():
         shown = ", ".join(f"{k} {v:.3f}" for k, v in metrics.items() if "/" in k and "std" not in k)
@@ -151,11 +153,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_reverify(args: argparse.Namespace) -> int:
     from gym_serve.reverify import run
 
-    if args.env:
-        environments = {"*": args.env}
-    else:
-        environments = {s.name: s.app_args(args.config).environment.name for s in load_serve_config(args.config)
-                        if s.args.get("environment")}
+    environments = {"*": args.env} if args.env else _environments(args.config)
     result = run(args.rollouts, environments)
     print(f"{'agent':<28} {'rows':>6} {'changed':>8} {'mean before':>12} {'mean after':>11}")
     for agent, s in sorted(result["agents"].items()):
@@ -165,6 +163,12 @@ def cmd_reverify(args: argparse.Namespace) -> int:
               f"{change['before']} -> {change['after']}")
     print(f"wrote {result['output']}")
     return 0
+
+
+def _environments(config: str) -> dict[str, str]:
+    """Agent (application) name → environment name, from a Serve config."""
+    return {s.name: s.app_args(config).environment.name for s in load_serve_config(config)
+            if s.args.get("environment")}
 
 
 def _repeats(text: str) -> int | dict[str, int]:

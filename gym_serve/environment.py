@@ -85,6 +85,13 @@ class Environment:
     Task: ClassVar[type[Task]] = Task
     State: ClassVar[type[BaseModel] | None] = None
     Config: ClassVar[type[BaseModel]] = NoConfig
+    answer_key: ClassVar[str | None] = None
+    """A verify field holding the model's extracted answer; when set, profiles report majority@k over it."""
+
+    @classmethod
+    def compute_metrics(cls, tasks: list[list[dict[str, Any]]]) -> dict[str, float]:
+        """Extra aggregate metrics over an agent's rollouts (grouped by task); merged into `gym-serve profile`'s."""
+        return {}
 
     def __init__(self, config: BaseModel | dict[str, Any] | None = None) -> None:
         self.config = config if isinstance(config, BaseModel) else self.Config.model_validate(config or {})

@@ -27,10 +27,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from gym_serve.environment import Environment
 from gym_serve.errors import InputError
 from gym_serve.jsonl import read_jsonl
 from gym_serve.materialize import Key, sibling_path
 from gym_serve.metrics import numeric_fields, pass_metrics, summary_stats
+from gym_serve.registry import load_environment_class
 
 __all__ = ["profile"]
 
@@ -38,12 +40,18 @@ _ANSWER_KEYS = ("extracted_answer", "parsed_answer", "predicted_answer")
 
 
 def profile(rollouts_path: str | Path, inputs_path: str | Path | None = None, *,
-            allow_partial: bool = False) -> dict[str, Any]:
-    """Write the profile files for a collection; returns a summary (paths, completion, per-agent key metrics)."""
+            allow_partial: bool = False, environments: dict[str, str] | None = None) -> dict[str, Any]:
+    """Write the profile files for a collection; returns a summary (paths, completion, per-agent key metrics).
+
+    `environments` maps agent names to environment names, so that each environment's
+    `answer_key` (majority@k) and `compute_metrics` take part.
+    """
+    env_classes = {agent: load_environment_class(env) for agent, env in (environments or {}).items()}
     rollouts_path = Path(rollouts_path)
     inputs_path = Path(inputs_path) if inputs_path else sibling_path(rollouts_path, "materialized_inputs.jsonl")
     expected, samples = _expected(inputs_path)
-    done = _results(rollouts_path, expected)
+    answer_keys = {agent: cls.answer_key for agent, cls in env_classes.items() if cls.answer_key}
+    done = _results(rollouts_path, expected, answer_keys)
     missing = sorted(set(expected) - set(done))
     if missing and not allow_partial:
         shown = ", ".join(f"{a}:{t}:{r}" for a, t, r in missing[:5])
@@ -63,7 +71,8 @@ def profile(rollouts_path: str | Path, inputs_path: str | Path | None = None, *,
             out.write(json.dumps(_task_row(agent_task, by_task.get(agent_task, []), expected_per_task[agent_task],
                                            samples[agent_task])) + "\n")
 
-    aggregates = [_agent_metrics(agent, [sorted(by_task[key]) for key in sorted(by_task) if key[0] == agent])
+    aggregates = [_agent_metrics(agent, [sorted(by_task[key]) for key in sorted(by_task) if key[0] == agent],
+                                 env_classes.get(agent))
                   for agent in sorted({agent for agent, _ in expected_per_task})]
     metrics_path = sibling_path(rollouts_path, "aggregate_metrics.json")
     metrics_path.write_text(json.dumps(aggregates, indent=2))
@@ -88,7 +97,7 @@ def _expected(path: Path) -> tuple[set[Key], dict[tuple[str, int], dict[str, Any
     return expected, samples
 
 
-def _results(path: Path, expected: set[Key]) -> dict[Key, tuple[dict[str, float], Any]]:
+def _results(path: Path, expected: set[Key], answer_keys: dict[str, str]) -> dict[Key, tuple[dict[str, float], Any]]:
     done: dict[Key, tuple[dict[str, float], Any]] = {}
     for line, row in read_jsonl(path):
         key = _key(row, path, line)
@@ -99,7 +108,8 @@ def _results(path: Path, expected: set[Key]) -> dict[Key, tuple[dict[str, float]
                              line=line)
         if not isinstance(row.get("reward"), int | float):
             raise InputError("missing a numeric `reward`", source=str(path), line=line, field="reward")
-        answer = next((row[k] for k in _ANSWER_KEYS if k in row), None)
+        keys = [answer_keys[key[0]]] if key[0] in answer_keys else _ANSWER_KEYS
+        answer = next((row[k] for k in keys if k in row), None)
         done[key] = (numeric_fields(row), json.dumps(answer) if answer is not None else None)
     return done
 
@@ -128,7 +138,8 @@ def _task_row(agent_task: tuple[str, int], rollouts: list[tuple[int, dict[str, f
     return row
 
 
-def _agent_metrics(agent: str, tasks: list[list[tuple[int, dict[str, float], Any]]]) -> dict[str, Any]:
+def _agent_metrics(agent: str, tasks: list[list[tuple[int, dict[str, float], Any]]],
+                   env_cls: type[Environment] | None) -> dict[str, Any]:
     flat = [numbers for rollouts in tasks for _, numbers, _ in rollouts]
     agent_metrics: dict[str, float] = {}
     for name in sorted({name for numbers in flat for name in numbers}):
@@ -137,6 +148,8 @@ def _agent_metrics(agent: str, tasks: list[list[tuple[int, dict[str, float], Any
     rows = [[{"reward": numbers.get("reward", 0.0), "answer": answer} for _, numbers, answer in rollouts]
             for rollouts in tasks if rollouts]
     agent_metrics.update(pass_metrics(rows, answer_key="answer" if has_answers else None))
+    if env_cls is not None:
+        agent_metrics.update(env_cls.compute_metrics([[numbers for _, numbers, _ in rollouts] for rollouts in tasks]))
     key_metrics = {k: v for k, v in agent_metrics.items() if k.startswith("mean/") or k.startswith("pass@1")}
     per_task = [statistics.fmean(numbers.get("reward", 0.0) for _, numbers, _ in rollouts)
                 for rollouts in tasks if rollouts]

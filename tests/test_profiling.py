@@ -82,3 +82,23 @@ def test_duplicates_strangers_and_bad_lines_name_the_line(tmp_path: Path) -> Non
     path.write_text("\n".join(lines + ["{cut off"]) + "\n")
     with pytest.raises(InputError, match=r"line 7: not valid JSON"):
         profile(path)
+
+
+def test_environments_add_their_answer_key_and_metrics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gym_serve import Environment
+
+    class Graded(Environment):
+        answer_key = "extracted_answer"
+
+        @classmethod
+        def compute_metrics(cls, tasks: list[list[dict[str, float]]]) -> dict[str, float]:
+            return {"tasks_seen": float(len(tasks))}
+
+        async def verify(self, task, response, state) -> float:
+            return 0.0
+
+    monkeypatch.setattr("gym_serve.profiling.load_environment_class", lambda name: Graded)
+    result = profile(collection(tmp_path, ALL), environments={"a": "graded"})
+    (agent,) = json.loads(Path(result["aggregate_metrics"]).read_text())
+    assert agent["agent_metrics"]["tasks_seen"] == 2.0
+    assert agent["agent_metrics"]["majority@2/accuracy"] == pytest.approx(50.0)

@@ -130,3 +130,13 @@ async def test_a_seed_makes_sampling_repeatable(agent: Any) -> None:
     assert first["output"][-1]["generation_token_ids"] == second["output"][-1]["generation_token_ids"]
     greedy = await model.responses.remote({**request, "temperature": 0.0, "seed": None})
     assert len(greedy["output"][-1]["generation_token_ids"]) == 12
+
+
+async def test_chat_completions_carry_token_ids(agent: Any) -> None:
+    model = serve.get_deployment_handle("Model", app_name=APP)
+    completion = await model.chat_completions.remote({"messages": [{"role": "user", "content": "hi"}],
+                                                      "max_tokens": 6, "temperature": 1.0, "seed": 3})
+    message = completion["choices"][0]["message"]
+    assert completion["object"] == "chat.completion" and completion["choices"][0]["finish_reason"] == "length"
+    assert len(message["generation_token_ids"]) == len(message["generation_log_probs"]) == 6
+    assert completion["usage"]["completion_tokens"] == 6
