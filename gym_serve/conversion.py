@@ -23,6 +23,8 @@ import time
 import uuid
 from typing import Any
 
+from gym_serve.tokens import TOKEN_FIELDS
+
 __all__ = [
     "chat_request_to_responses",
     "chat_response_to_responses",
@@ -125,6 +127,7 @@ def chat_request_to_responses(request: dict[str, Any]) -> dict[str, Any]:
             continue
         text = _text(message.get("content"))
         if role == "assistant":
+            first = len(items)
             reasoning, text = split_think(text)
             if reasoning is not None:
                 items.append(_reasoning_item(reasoning))
@@ -133,6 +136,11 @@ def chat_request_to_responses(request: dict[str, Any]) -> dict[str, Any]:
             for call in message.get("tool_calls") or []:
                 items.append({"type": "function_call", "call_id": call.get("id", ""),
                               "name": call["function"]["name"], "arguments": call["function"].get("arguments", "")})
+            bundle = {field: message[field] for field in TOKEN_FIELDS if field in message}
+            if bundle:  # a turn's token ids ride on its last item, so the next call can extend them
+                if len(items) == first:
+                    items.append(_output_message(""))
+                items[-1].update(bundle)
         else:
             items.append({"type": "message", "role": role, "content": text})
     params: dict[str, Any] = {"input": items}

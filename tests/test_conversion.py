@@ -132,3 +132,17 @@ def test_split_think() -> None:
     assert split_think("<think>a\nb</think>\n\nanswer") == ("a\nb", "answer")
     assert split_think("no think") == (None, "no think")
     assert split_think("answer <think>late</think>") == (None, "answer <think>late</think>")
+
+
+def test_token_ids_on_a_chat_assistant_message_ride_on_its_last_item() -> None:
+    bundle = {"prompt_token_ids": [1, 2], "generation_token_ids": [3, 4], "generation_log_probs": [-0.5, -0.25]}
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    params = chat_request_to_responses({"messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "<think>hm</think>Let me look.", "tool_calls": [call], **bundle},
+        {"role": "tool", "tool_call_id": "c1", "content": "cold"},
+    ]})
+    kinds = [item["type"] for item in params["input"]]
+    assert kinds == ["message", "reasoning", "message", "function_call", "function_call_output"]
+    carriers = [item for item in params["input"] if "generation_token_ids" in item]
+    assert carriers == [params["input"][3]] and {k: carriers[0][k] for k in bundle} == bundle
