@@ -140,3 +140,15 @@ async def test_chat_completions_carry_token_ids(agent: Any) -> None:
     assert completion["object"] == "chat.completion" and completion["choices"][0]["finish_reason"] == "length"
     assert len(message["generation_token_ids"]) == len(message["generation_log_probs"]) == 6
     assert completion["usage"]["completion_tokens"] == 6
+
+
+async def test_a_chat_follow_up_extends_the_earlier_turns_ids(agent: Any) -> None:
+    model = serve.get_deployment_handle("Model", app_name=APP)
+    messages = [{"role": "user", "content": "hi"}]
+    first = await model.chat_completions.remote({"messages": messages, "max_tokens": 8, "temperature": 1.0, "seed": 5})
+    messages += [first["choices"][0]["message"], {"role": "user", "content": "and then?"}]
+    second = await model.chat_completions.remote({"messages": messages, "max_tokens": 4, "temperature": 1.0})
+    earlier, later = first["choices"][0]["message"], second["choices"][0]["message"]
+    sequence = earlier["prompt_token_ids"] + earlier["generation_token_ids"]
+    assert later["prompt_token_ids"][: len(sequence)] == sequence
+    assert len(later["prompt_token_ids"]) > len(sequence)
