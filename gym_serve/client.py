@@ -1,0 +1,114 @@
+"""A Python client for the gym-serve HTTP ingress: no Ray, only `aiohttp` and `pydantic`.
+
+    async with GymClient("http://127.0.0.1:8000", token=...) as client:
+        rollout = await client.run(row)
+        async for result in client.rollouts(rows, num_repeats=8, group_size=8):
+            ...   # rollout rows (or failure rows with `_ng_failure_class`) as they finish
+
+Requests that meet 429 or a 5xx are retried with exponential backoff (honouring
+`Retry-After`), and at most `max_in_flight` requests are open at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import aiohttp
+
+__all__ = ["GymClient", "GymClientError", "run_sync"]
+
+
+class GymClientError(Exception):
+    """The ingress answered with an error that retrying will not fix (4xx other than 429), or retries ran out."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+
+
+class GymClient:
+    def __init__(self, base_url: str, *, token: str | None = None, max_in_flight: int = 16, max_retries: int = 6,
+                 timeout_s: float = 3600.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._max_retries = max_retries
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> GymClient:
+        self._session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def run(self, row: dict[str, Any]) -> dict[str, Any]:
+        """One rollout (NeMo Gym's `/run`)."""
+        lines = [line async for line in self._post_lines("/run", row)]
+        return lines[0]
+
+    async def rollouts(self, rows: Iterable[dict[str, Any]], *, num_repeats: int = 1, group_size: int | None = None,
+                       batch_size: int = 64, **sampling: Any) -> AsyncIterator[dict[str, Any]]:
+        """Rollouts of `rows` × `num_repeats`, yielded as they complete; rows go out in batches of `batch_size`."""
+        queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
+        batches = _chunks(list(rows), batch_size)
+
+        async def send(offset: int, batch: list[dict[str, Any]]) -> None:
+            body = {"rows": [{"_ng_task_index": offset + i, **row} for i, row in enumerate(batch)],
+                    "num_repeats": num_repeats, "group_size": group_size, **sampling}
+            try:
+                async for result in self._post_lines("/v1/rollouts", body):
+                    await queue.put(result)
+            except BaseException as e:  # surfaced to the reader below
+                await queue.put(e)
+
+        offsets = [sum(len(b) for b in batches[:i]) for i in range(len(batches))]
+        senders = [asyncio.ensure_future(send(o, b)) for o, b in zip(offsets, batches, strict=True)]
+        done = asyncio.ensure_future(asyncio.gather(*senders, return_exceptions=True))
+        done.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (item := await queue.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            for sender in senders:
+                sender.cancel()
+
+    async def _post_lines(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """POST with retries; yields the JSON lines of the answer (one for /run, many for /v1/rollouts)."""
+        assert self._session is not None, "use `async with GymClient(...)`"
+        for attempt in range(self._max_retries + 1):
+            async with self._slots, self._session.post(self.base_url + path, json=body) as response:
+                if response.status == 429 or response.status >= 500 and path != "/run":
+                    if attempt == self._max_retries:
+                        raise GymClientError(response.status, await response.text())
+                    retry_after = float(response.headers.get("Retry-After", 0) or 0)
+                    await asyncio.sleep(max(retry_after, 0.1 * 2**attempt) * random.uniform(1.0, 1.5))
+                    continue
+                if response.status >= 400 and not (path == "/run" and response.status == 500):
+                    raise GymClientError(response.status, await response.text())
+                async for raw in response.content:
+                    if raw.strip():
+                        yield json.loads(raw)
+                return
+
+
+def _chunks(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
+    return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+
+def run_sync(base_url: str, row: dict[str, Any], **options: Any) -> dict[str, Any]:
+    """`GymClient.run` for code without an event loop."""
+
+    async def once() -> dict[str, Any]:
+        async with GymClient(base_url, **options) as client:
+            return await client.run(row)
+
+    return asyncio.run(once())
