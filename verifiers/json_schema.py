@@ -1,0 +1,261 @@
+"""JSON answers checked against a JSON schema: find the JSON in the model's text, parse it, validate it.
+
+Where the answer is, in order:
+
+1. the whole text, when it is JSON (NeMo Gym's `structured_outputs` asks for bare JSON);
+2. the last ```json (or unlabelled ```) fenced block, and only that one: a model that
+   corrects itself in a later block is judged on the correction;
+3. the last balanced `{...}` / `[...]` span of the text that parses (an answer wrapped in prose).
+
+Validation is `jsonschema`'s, with the draft the schema names in `$schema` (2020-12
+otherwise) and its format checker (formats whose checker needs a package that is not
+installed, e.g. `date-time` without `rfc3339-validator`, pass unchecked). A `$ref` to
+another document is never fetched. The reward is 1.0 only when the answer parses and
+validates; otherwise `error_type` says which step failed (NeMo Gym's names:
+`empty_response`, `parse_error`, `validation_error`, plus `too_large`) and `error` says
+what, with the JSON path of the most relevant validation error (`best_match`).
+
+An invalid *schema* is the task's bug, not the model's: it raises `InvalidSchemaError`
+instead of scoring 0, so a broken dataset row fails loudly.
+
+A model must not be able to stall a replica: answers over `max_chars` are refused before
+parsing, the brace scan is one linear pass (prose full of braces costs O(n), not O(n²)),
+and values nested deeper than `max_depth` are refused before validation. A schema
+`pattern` that backtracks catastrophically is the task author's to avoid.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import best_match
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
+from referencing.exceptions import Unresolvable
+
+__all__ = [
+    "MAX_CHARS",
+    "MAX_DEPTH",
+    "InvalidSchemaError",
+    "JsonParseError",
+    "JsonSchemaResult",
+    "extract_json",
+    "load_schema",
+    "strictify",
+    "verify_json",
+]
+
+MAX_CHARS = 200_000
+"""Longest answer parsed (characters); a structured answer this long is already far past any real task."""
+MAX_DEPTH = 64
+"""Deepest nesting of arrays/objects validated; deeper values would only exercise recursion limits."""
+_MESSAGE_CHARS = 300
+
+_FENCE = re.compile(r"```[ \t]*(?:json)?[ \t]*\r?\n(.*?)```", re.S | re.I)
+
+
+class InvalidSchemaError(ValueError):
+    """Raised when a task's schema is not JSON or not a valid JSON schema (the task is wrong, not the model)."""
+
+
+class JsonParseError(ValueError):
+    """Raised by `extract_json` when the text holds no JSON it can parse; the message says what was tried."""
+
+
+@dataclass(frozen=True)
+class JsonSchemaResult:
+    """The verdict on one answer.
+
+    `value` is the parsed answer (None when it did not parse, or when it parsed to
+    `null`: `error_type` tells them apart). `error_path` is the JSON path of the
+    validation error in the answer, e.g. `$.items[2].price`.
+    """
+
+    reward: float
+    value: Any = None
+    error_type: str | None = None
+    error: str | None = None
+    error_path: str | None = None
+
+    @property
+    def parsed(self) -> bool:
+        return self.error_type in (None, "validation_error")
+
+
+def verify_json(
+    text: str,
+    schema: Mapping[str, Any] | bool | str,
+    *,
+    strict: bool = False,
+    max_chars: int = MAX_CHARS,
+    max_depth: int = MAX_DEPTH,
+) -> JsonSchemaResult:
+    """Score `text` against `schema` (a dict, or its JSON text as in NeMo Gym's `schema_str`).
+
+    `strict` first applies `strictify` (NeMo Gym's scoring: every declared property
+    required, no others allowed). Raises `InvalidSchemaError` for a bad schema.
+    """
+    validator = load_schema(schema, strict=strict)
+    if not text.strip():
+        return JsonSchemaResult(0.0, error_type="empty_response", error="the answer has no text")
+    if len(text) > max_chars:
+        return JsonSchemaResult(0.0, error_type="too_large",
+                                error=f"the answer is {len(text)} characters; at most {max_chars} are parsed")
+    try:
+        value = extract_json(text)
+    except JsonParseError as e:
+        return JsonSchemaResult(0.0, error_type="parse_error", error=str(e))
+    depth = _depth(value, max_depth)
+    if depth > max_depth:
+        return JsonSchemaResult(0.0, error_type="parse_error",
+                                error=f"the JSON is nested more than {max_depth} levels deep")
+    try:
+        errors = list(validator.iter_errors(value))
+    except Unresolvable as e:
+        raise InvalidSchemaError(f"the schema has a `$ref` that cannot be resolved here: {e}") from e
+    if not errors:
+        return JsonSchemaResult(1.0, value=value)
+    first = best_match(errors)
+    assert first is not None  # errors is not empty
+    more = f" ({len(errors) - 1} more)" if len(errors) > 1 else ""
+    message = _clip(first.message)
+    return JsonSchemaResult(0.0, value=value, error_type="validation_error",
+                            error=f"{message} at {first.json_path}{more}", error_path=first.json_path)
+
+
+def extract_json(text: str) -> Any:
+    """The JSON answer in `text` (see the module docstring for where it is looked for)."""
+    stripped = text.strip()
+    try:
+        return _loads(stripped)
+    except ValueError as whole_error:
+        fences = _FENCE.findall(text)
+        if fences:
+            try:
+                return _loads(fences[-1].strip())
+            except ValueError as e:
+                raise JsonParseError(f"the last ```json block is not valid JSON: {_describe(e)}") from e
+        spans = _balanced_spans(text)
+        for start, end in reversed(spans):
+            try:
+                return _loads(text[start:end])
+            except ValueError:
+                continue
+        if spans:
+            raise JsonParseError(f"no {{...}} or [...] in the answer is valid JSON (tried {len(spans)})") from None
+        raise JsonParseError(f"the answer holds no JSON object or array ({_describe(whole_error)})") from None
+
+
+def load_schema(schema: Mapping[str, Any] | bool | str, *, strict: bool = False) -> Validator:
+    """A checked, cached validator for `schema`; raises `InvalidSchemaError` naming the problem and where."""
+    if isinstance(schema, str):
+        key = schema
+    else:
+        try:
+            key = json.dumps(schema, sort_keys=True)
+        except (TypeError, ValueError) as e:
+            raise InvalidSchemaError(f"the schema is not JSON-serializable: {e}") from e
+    return _compile(key, strict)
+
+
+def strictify(schema: Any) -> Any:
+    """A copy of `schema` where every object with `properties` requires all of them and allows no others.
+
+    NeMo Gym's `structured_outputs` scores this way (its `strictify_schema`), so rows
+    from its datasets score the same here with `strict=True`.
+    """
+    if isinstance(schema, list):
+        return [strictify(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: strictify(value) for key, value in schema.items()}
+    if isinstance(schema.get("properties"), dict):
+        out["required"] = list(schema["properties"])
+        out["additionalProperties"] = False
+    return out
+
+
+@lru_cache(maxsize=256)
+def _compile(schema_json: str, strict: bool) -> Validator:
+    try:
+        schema = json.loads(schema_json)
+    except ValueError as e:
+        raise InvalidSchemaError(f"the schema is not valid JSON: {_describe(e)}") from e
+    if not isinstance(schema, dict | bool):
+        raise InvalidSchemaError(f"a JSON schema is an object or a boolean, got {type(schema).__name__}")
+    if strict:
+        schema = strictify(schema)
+    cls = validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        raise InvalidSchemaError(f"invalid JSON schema at {e.json_path}: {_clip(e.message)}") from e
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError as e:  # deeper than the C parser's stack allows
+        raise ValueError("the JSON is nested too deeply to parse") from e
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"`{name}` is not JSON")  # Python's json accepts NaN/Infinity; JSON does not
+
+
+def _balanced_spans(text: str) -> list[tuple[int, int]]:
+    """Top-level `{...}`/`[...]` spans, in one pass; strings are tracked only inside a span (prose has quotes)."""
+    spans: list[tuple[int, int]] = []
+    depth, start, in_string, escaped = 0, 0, False, False
+    for i, ch in enumerate(text):
+        if depth == 0:
+            if ch in "{[":
+                depth, start = 1, i
+            continue
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                spans.append((start, i + 1))
+    return spans
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of a parsed value, iteratively, stopping once it passes `limit`."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict | list):
+            level += 1
+            deepest = max(deepest, level)
+            if deepest > limit:
+                return deepest
+            stack.extend((child, level) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def _describe(error: ValueError) -> str:
+    if isinstance(error, json.JSONDecodeError):
+        return f"{error.msg} at line {error.lineno}, column {error.colno}"
+    return _clip(str(error))
+
+
+def _clip(message: str) -> str:
+    return message if len(message) <= _MESSAGE_CHARS else message[: _MESSAGE_CHARS - 3] + "..."
