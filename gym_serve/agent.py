@@ -8,7 +8,9 @@ on until they end the episode; their per-step rewards land in `step_rewards`.
 
 The loop ends when the model answers without a function call, when its
 response is incomplete (it ran out of output tokens or context), or after
-`max_steps` model calls. The loop is written against two small interfaces,
+`max_steps` model calls. For an environment whose function calls are the
+answer (`execute_tool_calls = False`), it also ends at the first turn with
+calls, and runs none of them. The loop is written against two small interfaces,
 `ModelClient` and `EnvClient`, so the same code runs over Serve handles in a
 deployment and over in-process objects in tests.
 
@@ -91,6 +93,8 @@ async def run_episode(
         if response.get("status") == "incomplete":
             break
         calls = [item for item in items if item.get("type") == "function_call"]
+        if calls and not env_info.get("execute_tool_calls", True):
+            break  # the calls are the answer: verify them, run nothing
         if not calls:
             if not any(item.get("type") == "message" for item in items):
                 continue  # a turn of reasoning only: ask again

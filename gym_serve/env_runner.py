@@ -38,12 +38,14 @@ class EnvRunner:
         self._has_user_turn = type(env).user_turn is not Environment.user_turn
 
     def describe(self) -> dict[str, Any]:
-        """What the agent needs to know once: the name, tool schemas, whether to call `seed` and `user_turn`."""
+        """What the agent needs to know once: the name, tool schemas, whether to call `seed` and `user_turn`,
+        and whether function calls are run or are the answer."""
         return {
             "name": type(self.env).name(),
             "tools": self._tool_schemas,
             "has_seed": self._has_seed,
             "has_user_turn": self._has_user_turn,
+            "execute_tool_calls": type(self.env).execute_tool_calls,
         }
 
     async def seed(self, row: dict[str, Any]) -> State:

@@ -87,6 +87,11 @@ class Environment:
     Config: ClassVar[type[BaseModel]] = NoConfig
     answer_key: ClassVar[str | None] = None
     """A verify field holding the model's extracted answer; when set, profiles report majority@k over it."""
+    execute_tool_calls: ClassVar[bool] = True
+    """False when the model's function calls *are* its answer (function-calling tasks): the episode
+    ends at the first model turn with calls, which `verify` judges and nothing runs (NeMo Gym's
+    `execute_tool_calls: false`). The tools the model may call come from the row's
+    `responses_create_params.tools`."""
 
     @classmethod
     def compute_metrics(cls, tasks: list[list[dict[str, Any]]]) -> dict[str, float]:

@@ -55,8 +55,9 @@ async def reverify(rollouts_path: str | Path, environments: dict[str, str]) -> d
 
 async def _rescore(runner: EnvRunner, row: dict[str, Any]) -> dict[str, Any]:
     state = await runner.seed(row) if runner.describe()["has_seed"] else None
+    executes = runner.describe().get("execute_tool_calls", True)  # else the calls are the answer, never run
     for item in row["response"]["output"]:
-        if item.get("type") == "function_call":
+        if executes and item.get("type") == "function_call":
             _, state = await runner.call_tools([item], state)
     return await runner.verify(row, row["response"], state)
 

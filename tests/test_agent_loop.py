@@ -143,3 +143,24 @@ async def test_verify_failure_is_a_verifier_error() -> None:
 async def test_rollout_row_is_json() -> None:
     rollout = await run_local(ROW, Calculator(), ScriptedModel([message("5")]))
     assert json.loads(json.dumps(rollout))["reward"] == 1.0
+
+
+async def test_an_env_whose_calls_are_the_answer_ends_at_the_first_call_and_runs_nothing() -> None:
+    class JudgeCalls(Calculator):
+        execute_tool_calls = False
+
+        async def verify(self, task, response, state) -> Verdict:
+            calls = [(i["name"], json.loads(i["arguments"])) for i in response.output if i["type"] == "function_call"]
+            return Verdict(reward=1.0 if calls == [("add", {"a": 2, "b": 3})] else 0.0)
+
+    row_tools = [{"type": "function", "name": "add", "parameters": {"type": "object", "properties": {}}}]
+    row = {**ROW, "responses_create_params": {"input": "2 + 3?", "tools": row_tools}}
+    model = ScriptedModel([call("add", '{"a": 2, "b": 3}'), call("explode", "{}", "c2")], [message("never asked")])
+    rollout = await run_local(row, JudgeCalls(), model)
+    assert len(model.requests) == 1, "no second model call"
+    assert model.requests[0]["tools"] == row_tools, "the row's tools are what the model sees"
+    assert [i["type"] for i in rollout["response"]["output"]] == ["function_call", "function_call"]
+    assert tool_outputs(rollout) == [], "`explode` would have produced an error output had it run"
+    assert rollout["reward"] == 0.0, "verify saw both calls"
+    plain = await run_local(row, JudgeCalls(), ScriptedModel([message("It is 5.")]))
+    assert plain["reward"] == 0.0 and len(plain["response"]["output"]) == 1
