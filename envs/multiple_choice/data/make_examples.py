@@ -1,0 +1,48 @@
+"""Writes example.jsonl and the replay recordings (one right, one wrong answer per row) for `multiple_choice`.
+
+    python envs/multiple_choice/data/make_examples.py
+"""
+
+import json
+from pathlib import Path
+
+HERE = Path(__file__).parent
+QUESTIONS = [
+    ("Which technique detects a specific protein in a sample?",
+     ["Karyotyping", "Western blot", "PCR", "Chromatography"], "B", "\\boxed{C}"),
+    ("Which planet is closest to the Sun?", ["Venus", "Earth", "Mercury", "Mars"], "C", "\\boxed{A}"),
+    ("What is the time complexity of binary search?", ["O(n)", "O(log n)", "O(n log n)", "O(1)"], "B",
+     "It is either \\boxed{B} or \\boxed{A}."),
+    ("Which gas do plants absorb for photosynthesis?", ["Oxygen", "Nitrogen", "Carbon dioxide", "Helium"], "C",
+     "Answer: A"),
+    ("Who wrote 'Pride and Prejudice'?", ["Charlotte Bronte", "Jane Austen", "Mary Shelley", "George Eliot"], "B",
+     "\\boxed{D}"),
+    ("What is 2^10?", ["1000", "1024", "2048", "512"], "B", "Answer: C"),
+]
+
+
+def message(text: str) -> dict:
+    return {"type": "message", "id": "msg_0", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+
+
+def main() -> None:
+    rows, recordings = [], []
+    for question, options, expected, wrong in QUESTIONS:
+        letters = "ABCD"
+        listing = "\n".join(f"{letters[i]}) {option}" for i, option in enumerate(options))
+        prompt = f"{question}\n{listing}\nThink, then give your final answer as \\boxed{{LETTER}}."
+        row = {"responses_create_params": {"input": [{"role": "user", "content": prompt}]},
+               "options": [{letters[i]: option} for i, option in enumerate(options)], "expected_answer": expected,
+               "grading_mode": "strict_single_letter_boxed"}
+        rows.append(row)
+        right = f"Going through the options, the answer is \\boxed{{{expected}}}."
+        for text, reward in ((right, 1.0), (wrong, 0.0)):
+            recordings.append({**row, "response": {"id": "resp_0", "object": "response", "status": "completed",
+                                                   "output": [message(text)]}, "reward": reward})
+    (HERE / "example.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (HERE / "example_rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recordings))
+
+
+if __name__ == "__main__":
+    main()
