@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from gym_serve.agent import AgentConfig, run_episode
+from gym_serve.autoscaling import Load
 from gym_serve.batching import MicroBatcher, stream_batch
 
 DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": 0}}
@@ -90,8 +91,11 @@ class AgentDeployment:
         self.env = _HandleEnv(environment)
         self.config = config
         self._env_info: dict[str, Any] | None = None
+        self.load = Load()
+        self.run = self.load.track(self._run)
 
-    async def run(self, row: dict[str, Any]) -> dict[str, Any]:
+    async def _run(self, row: dict[str, Any]) -> dict[str, Any]:
+        """One episode (`run(row)` is this, counted for autoscaling)."""
         if self._env_info is None:
             self._env_info = await self.env.describe.remote()
         return await run_episode(row, model=self.model, env=self.env, env_info=self._env_info, config=self.config)
@@ -113,3 +117,6 @@ class AgentDeployment:
         if not isinstance(row, dict) or "responses_create_params" not in row:
             return JSONResponse({"error": "body must be a row with `responses_create_params`"}, status_code=400)
         return JSONResponse(await self.run(row))
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        return self.load.stats()

@@ -12,6 +12,7 @@ from ray.serve import Application
 
 from deployments import agent, environment, replay_model
 from gym_serve.agent import AgentConfig
+from gym_serve.autoscaling import BATCHED_TIER_AUTOSCALING
 from gym_serve.config import (
     AppArgs,
     ModelRefArgs,
@@ -30,8 +31,8 @@ def build_app(args: AppArgs | dict[str, Any]) -> Application:
         args = validate_app_args(args, source="serve config", app="<this application>")
     env_name = args.environment.name if args.environment else None
     model = None
-    if isinstance(args.model, ReplayModelArgs):
-        options = args.model.deployment.serve_options(replay_model.DEFAULTS)
+    if isinstance(args.model, ReplayModelArgs):  # synthetic models are replay models too
+        options = args.model.deployment.serve_options(replay_model.DEFAULTS, BATCHED_TIER_AUTOSCALING)
         model = replay_model.ReplayModelDeployment.options(**options).bind(args.model, env_name)
     elif isinstance(args.model, OpenAIModelArgs):
         from deployments import openai_model
@@ -50,10 +51,11 @@ def build_app(args: AppArgs | dict[str, Any]) -> Application:
             raise ValueError("an application without an environment must define its own model")
         return model
     env = environment.EnvironmentDeployment.options(
-        **args.environment.deployment.serve_options(environment.DEFAULTS)
+        **args.environment.deployment.serve_options(environment.DEFAULTS, BATCHED_TIER_AUTOSCALING)
     ).bind(args.environment)
     model_app = args.model.app if isinstance(args.model, ModelRefArgs) else None
     config = AgentConfig.model_validate(args.agent.model_dump(exclude={"deployment"}))
-    return agent.AgentDeployment.options(**args.agent.deployment.serve_options(agent.DEFAULTS)).bind(
+    agent_options = args.agent.deployment.serve_options(agent.DEFAULTS, BATCHED_TIER_AUTOSCALING)
+    return agent.AgentDeployment.options(**agent_options).bind(
         env, model, config, model_app
     )

@@ -7,6 +7,7 @@ from typing import Any
 
 from ray import serve
 
+from gym_serve.autoscaling import Load
 from gym_serve.batching import stream_batch
 from gym_serve.config import EnvironmentArgs
 from gym_serve.env_runner import EnvRunner
@@ -22,28 +23,24 @@ class EnvironmentDeployment:
     def __init__(self, args: EnvironmentArgs) -> None:
         cls = load_environment_class(args.name)
         self.runner = EnvRunner(cls(args.config))
+        self.load = Load()
+        # seed, call_tools, user_turn, verify: the runner's, counted for autoscaling
+        self._methods = {name: self.load.track(getattr(self.runner, name)) for name in _METHODS}
+        for name, method in self._methods.items():
+            setattr(self, name, method)
 
     async def describe(self) -> dict[str, Any]:
         return self.runner.describe()
 
-    async def seed(self, row: dict[str, Any]) -> Any:
-        return await self.runner.seed(row)
-
-    async def call_tools(self, calls: list[dict[str, Any]], state: Any) -> tuple[list[dict[str, Any]], Any]:
-        return await self.runner.call_tools(calls, state)
-
-    async def user_turn(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> tuple[Any, Any]:
-        return await self.runner.user_turn(row, response, state)
-
-    async def verify(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> dict[str, Any]:
-        return await self.runner.verify(row, response, state)
-
     async def batch(self, method: str, calls: list[tuple[Any, ...]]) -> AsyncIterator[list[tuple[int, Any]]]:
         """Many calls of one method in one streaming request (see `gym_serve.batching`): a slow call holds up no other."""
-        if method not in _BATCHABLE:
-            raise ValueError(f"`{method}` cannot be batched; batchable: {', '.join(sorted(_BATCHABLE))}")
-        async for item in stream_batch(getattr(self.runner, method), calls):
+        if method not in self._methods:
+            raise ValueError(f"`{method}` cannot be batched; batchable: {', '.join(_METHODS)}")
+        async for item in stream_batch(self._methods[method], calls):
             yield item
 
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        return self.load.stats()
 
-_BATCHABLE = frozenset({"seed", "call_tools", "user_turn", "verify"})
+
+_METHODS = ("seed", "call_tools", "user_turn", "verify")

@@ -1,17 +1,24 @@
-"""The replay Model tier: recorded outputs played back; the embedded default."""
+"""The replay Model tier: recorded outputs played back; the embedded default.
+
+With `kind: synthetic` the same recordings are played back at a cost you set
+(latency, per-replica capacity, payload size): a stand-in model for benchmarks.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import random
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from ray import serve
 
+from gym_serve.autoscaling import Load
 from gym_serve.batching import stream_batch
-from gym_serve.config import ReplayModelArgs
+from gym_serve.config import ReplayModelArgs, SyntheticModelArgs
 from gym_serve.registry import load_environment_class
 from gym_serve.replay import ReplayModel
+from gym_serve.synthetic import Capacity
 
 DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": 0}}
 
@@ -20,15 +27,35 @@ DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 256, "ray_actor_options": {"
 class ReplayModelDeployment:
     def __init__(self, args: ReplayModelArgs, default_env: str | None = None) -> None:
         sources = args.recordings or ([default_env] if default_env else [])
-        self.model = ReplayModel([recording_path(s) for s in sources], error_rate=args.error_rate)
+        self.model = ReplayModel([recording_path(s) for s in sources], error_rate=args.error_rate,
+                                 name=args.kind)
+        self.synthetic = args if isinstance(args, SyntheticModelArgs) else None
+        if self.synthetic is not None:
+            self._rng = random.Random(self.synthetic.seed)
+            self._capacity = Capacity(self.synthetic.max_concurrency)
+        self.load = Load()
+        self.responses = self.load.track(self._respond)
 
-    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
-        return self.model.respond(request, session)
+    async def _respond(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+        if self.synthetic is None:
+            return self.model.respond(request, session)
+        async with self._capacity:
+            await self.synthetic.latency.wait(self._rng)
+        response = self.model.respond(request, session)
+        if self.synthetic.output_tokens or self.synthetic.prompt_tokens:
+            last = response["output"][-1]
+            last["prompt_token_ids"] = list(range(self.synthetic.prompt_tokens))
+            last["generation_token_ids"] = list(range(self.synthetic.output_tokens))
+            last["generation_log_probs"] = [-1.0] * self.synthetic.output_tokens
+        return response
 
     async def responses_batch(self, calls: list[tuple[dict[str, Any], str | None]]) -> AsyncIterator[list[tuple[int, Any]]]:
         """Many `responses` calls in one streaming request (see `gym_serve.batching`)."""
         async for item in stream_batch(self.responses, calls):
             yield item
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        return self.load.stats()
 
 
 def recording_path(source: str) -> Path:

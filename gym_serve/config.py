@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from gym_serve.agent import AgentConfig
 from gym_serve.errors import ConfigError, EnvError
 from gym_serve.registry import load_environment_class
+from gym_serve.synthetic import Latency
 
 __all__ = [
     "AgentArgs",
@@ -44,6 +45,7 @@ __all__ = [
     "ModelRefArgs",
     "OpenAIModelArgs",
     "ReplayModelArgs",
+    "SyntheticModelArgs",
     "TIERS",
     "VLLMEngineOptions",
     "VLLMModelArgs",
@@ -67,11 +69,18 @@ class DeploymentOptions(BaseModel):
     max_queued_requests: int | None = None
     ray_actor_options: dict[str, Any] | None = None
 
-    def serve_options(self, defaults: dict[str, Any]) -> dict[str, Any]:
-        """These options over `defaults`, with autoscaling replacing a fixed replica count."""
+    def serve_options(
+        self, defaults: dict[str, Any], autoscaling_defaults: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """These options over `defaults`, with autoscaling replacing a fixed replica count.
+
+        `autoscaling_defaults` fill in what an `autoscaling_config` leaves out (the
+        batched tiers' policy, see `gym_serve.autoscaling`).
+        """
         options = {**defaults, **self.model_dump(exclude_none=True)}
         if "autoscaling_config" in options:
             options.pop("num_replicas", None)
+            options["autoscaling_config"] = {**(autoscaling_defaults or {}), **options["autoscaling_config"]}
         return options
 
     def capacity(self, default_max_ongoing: int) -> int:
@@ -109,6 +118,25 @@ class ReplayModelArgs(BaseModel):
     )
     error_rate: float = Field(default=0.0, ge=0.0, le=1.0, description="Fraction of rollouts given a wrong answer.")
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+
+
+class SyntheticModelArgs(ReplayModelArgs):
+    """Replay, plus latency, per-replica capacity and payload size you set: a stand-in for a model, for benchmarks.
+
+    Outputs come from the recordings as with `replay`; each call then waits
+    `latency` (inside a replica that serves at most `max_concurrency` calls at
+    once, as a vLLM replica's batch would) and its last item carries
+    `generation_token_ids` / `generation_log_probs` of `output_tokens` entries
+    (and `prompt_token_ids` of `prompt_tokens`), the payload a token-returning
+    model ships.
+    """
+
+    kind: Literal["synthetic"] = "synthetic"  # type: ignore[assignment]
+    latency: Latency = Field(default_factory=Latency)
+    max_concurrency: int | None = Field(default=None, ge=1, description="Calls one replica serves at once.")
+    output_tokens: int = Field(default=0, ge=0)
+    prompt_tokens: int = Field(default=0, ge=0)
+    seed: int = 0
 
 
 class VLLMEngineOptions(BaseModel):
@@ -170,7 +198,7 @@ class ModelRefArgs(BaseModel):
 
 
 ModelArgs = Annotated[
-    ReplayModelArgs | VLLMModelArgs | OpenAIModelArgs | ModelRefArgs, Field(discriminator="kind")
+    ReplayModelArgs | SyntheticModelArgs | VLLMModelArgs | OpenAIModelArgs | ModelRefArgs, Field(discriminator="kind")
 ]
 
 

@@ -1,0 +1,74 @@
+"""Autoscaling the batched tiers on the work they hold, not on Serve's request count.
+
+The Agent, Environment and replay/synthetic Model tiers take their calls in
+micro-batches (`gym_serve.batching`): one Serve request may carry 64 calls.
+Serve's default policy scales on ongoing *requests*, so it would see one
+where a replica is working on 64 and never scale. Instead each of these
+replicas counts the calls it is working on (`Load`), reports the count as
+the custom metric `calls_in_flight` (`record_autoscaling_stats`), and
+`calls_in_flight_policy` asks for `total calls in flight /
+target_ongoing_requests` replicas. `target_ongoing_requests` therefore means
+*calls* per replica on these tiers. Serve still applies the config's
+min/max, delays and scaling factors on top.
+
+`gym_serve.config` sets this policy on those tiers whenever they have an
+`autoscaling_config` without a `policy` of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import wraps
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+if TYPE_CHECKING:
+    from ray.serve.config import AutoscalingContext
+
+__all__ = ["BATCHED_TIER_AUTOSCALING", "METRIC", "Load", "calls_in_flight_policy"]
+
+METRIC = "calls_in_flight"
+BATCHED_TIER_AUTOSCALING: dict[str, Any] = {
+    "policy": {"policy_function": "gym_serve.autoscaling:calls_in_flight_policy"}
+}
+"""The defaults merged under a batched tier's `autoscaling_config`."""
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Load:
+    """How many calls one replica is working on, however they arrived (alone or in a batch)."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+
+    def track(self, fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        """`fn`, counted while it runs."""
+
+        @wraps(fn)
+        async def tracked(*args: P.args, **kwargs: P.kwargs) -> R:
+            self.in_flight += 1
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                self.in_flight -= 1
+
+        return tracked
+
+    def stats(self) -> dict[str, float]:
+        """What a deployment's `record_autoscaling_stats` returns."""
+        return {METRIC: float(self.in_flight)}
+
+
+def calls_in_flight_policy(ctx: AutoscalingContext) -> tuple[float, dict[str, Any]]:
+    """Replicas wanted = calls in flight over all replicas (+ requests still queued at handles) / target per replica.
+
+    Before any replica has reported the metric, Serve's own request count stands in.
+    """
+    per_replica = (ctx.aggregated_metrics or {}).get(METRIC)
+    if per_replica:
+        total = sum(per_replica.values()) + (ctx.total_queued_requests or 0.0)
+    else:
+        total = ctx.total_num_requests
+    target = ctx.config.get_target_ongoing_requests() if ctx.config is not None else 1.0
+    return total / max(target, 1e-9), {}
