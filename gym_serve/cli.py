@@ -61,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="continue an interrupted collection from its files (finished rollouts are not rerun)")
     collect.add_argument("--ordered", action="store_true",
                          help="also write <output>_ordered.jsonl in (task, rollout) order")
+    collect.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
+                         help="run only tasks with index %% N == I (N collections, e.g. one per node, split a file)")
     collect.add_argument("--address", help="Ray cluster address, e.g. `auto` for a running one "
                          "(default: $RAY_ADDRESS, else a new local one)")
     collect.add_argument("--no-deploy", action="store_true", help="use applications already running")
@@ -131,6 +133,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
             max_attempts=args.max_attempts,
             resume=args.resume,
             ordered=args.ordered,
+            shard_index=args.shard[0],
+            shard_count=args.shard[1],
         )
     )
     print(_format_summary(summary))
@@ -180,6 +184,18 @@ def _repeats(text: str) -> int | dict[str, int]:
         return {name.strip(): int(k) for name, k in pairs}
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected K or AGENT=K,AGENT=K; got {text!r}") from None
+
+
+def _shard(text: str) -> tuple[int, int]:
+    """`I/N`, with 0 <= I < N."""
+    index, _, count = text.partition("/")
+    try:
+        shard = int(index), int(count)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected I/N, e.g. 0/4; got {text!r}") from None
+    if not 0 <= shard[0] < shard[1]:
+        raise argparse.ArgumentTypeError(f"expected 0 <= I < N; got {text!r}")
+    return shard
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:

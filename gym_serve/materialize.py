@@ -14,10 +14,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from gym_serve.errors import InputError
 from gym_serve.jsonl import dumps, scan_jsonl
+from gym_serve.task_index import TaskIndex
 
 __all__ = ["CollectJob", "Key", "materialize", "rollout_key", "sibling_path"]
 
@@ -42,6 +43,14 @@ class CollectJob(BaseModel):
     rollout_timeout_s: float | None = Field(default=600.0, gt=0, description="Deadline of one rollout attempt.")
     resume: bool = Field(default=False, description="Continue from the files on disk instead of starting over.")
     ordered: bool = Field(default=False, description="Also write `<out>_ordered.jsonl` in (task, rollout) order.")
+    shard_index: int = Field(default=0, ge=0, description="Run only tasks with index % shard_count == shard_index.")
+    shard_count: int = Field(default=1, ge=1, description="Split the input's tasks among this many collections.")
+
+    @model_validator(mode="after")
+    def _shard_in_range(self) -> CollectJob:
+        if self.shard_index >= self.shard_count:
+            raise ValueError(f"shard_index {self.shard_index} is not below shard_count {self.shard_count}")
+        return self
 
     def repeats_for(self, agent: str) -> int:
         if isinstance(self.num_repeats, int):
@@ -62,40 +71,37 @@ def rollout_key(row: dict[str, Any]) -> Key:
 def materialize(
     job: CollectJob, on_bad_row: Callable[[int, InputError], None]
 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield `(line, rollout_row)` for every rollout of the job's input, lazily.
+    """Yield `(line, rollout_row)` for every rollout of the job's input (of its shard), lazily, in bounded memory.
 
-    Memory stays bounded for inputs whose rows carry their own `_ng_task_index`;
-    otherwise it grows by one small digest per distinct row (to find identical rows).
+    With `shard_count > 1`, every shard reads the whole input (task numbering is
+    global) but yields only its own tasks; bad rows are reported by shard 0 alone.
     """
-    task_of_row: dict[bytes, int] = {}
-    next_rollout: dict[int, int] = {}
-    next_task = 0
-    for line, row, error in scan_jsonl(job.input_path):
-        if job.limit is not None and line > job.limit:
-            break
-        if error is None:
-            error = _check_row(row, line, job)  # type: ignore[arg-type]
-        if error is not None:
-            on_bad_row(line, error)
-            continue
-        assert row is not None
-        if "_ng_task_index" in row:
-            first = 0
-        else:
-            digest = hashlib.blake2b(dumps(row), digest_size=16).digest()
-            if digest not in task_of_row:
-                task_of_row[digest] = next_task
-                next_task += 1
-            row = {**row, "_ng_task_index": task_of_row[digest]}
-            first = next_rollout.get(row["_ng_task_index"], 0)
-        if "agent_ref" not in row:
-            row = {**row, "agent_ref": {"name": job.default_agent}}
-        if job.params_overrides:
-            row = {**row, "responses_create_params": {**row["responses_create_params"], **job.params_overrides}}
-        repeats = job.repeats_for(row["agent_ref"]["name"])
-        next_rollout[row["_ng_task_index"]] = first + repeats
-        for rollout in range(first, first + repeats):
-            yield line, {**row, "_ng_rollout_index": rollout}
+    with TaskIndex() as tasks:
+        for line, row, error in scan_jsonl(job.input_path):
+            if job.limit is not None and line > job.limit:
+                break
+            if error is None:
+                error = _check_row(row, line, job)  # type: ignore[arg-type]
+            if error is not None:
+                if job.shard_index == 0:
+                    on_bad_row(line, error)
+                continue
+            assert row is not None
+            agent = row["agent_ref"]["name"] if "agent_ref" in row else job.default_agent
+            repeats = job.repeats_for(agent)
+            if "_ng_task_index" in row:
+                task, first = row["_ng_task_index"], 0
+            else:  # identical raw rows (as read, before defaults) are one task
+                task, first = tasks.claim(hashlib.blake2b(dumps(row), digest_size=16).digest(), repeats)
+                row = {**row, "_ng_task_index": task}
+            if task % job.shard_count != job.shard_index:
+                continue
+            if "agent_ref" not in row:
+                row = {**row, "agent_ref": {"name": agent}}
+            if job.params_overrides:
+                row = {**row, "responses_create_params": {**row["responses_create_params"], **job.params_overrides}}
+            for rollout in range(first, first + repeats):
+                yield line, {**row, "_ng_rollout_index": rollout}
 
 
 def _check_row(row: dict[str, Any], line: int, job: CollectJob) -> InputError | None:

@@ -67,6 +67,30 @@ def test_materialize_indices_follow_nemo_gym(tmp_path: Path) -> None:
     assert all(r["agent_ref"] == {"name": "a"} for r in rows)
 
 
+def test_task_numbering_is_the_same_after_the_table_moves_to_disk() -> None:
+    from gym_serve.task_index import TaskIndex
+
+    digests = [bytes([i % 7]) * 16 for i in range(30)]  # 7 distinct rows, each seen again and again
+    with TaskIndex() as in_memory, TaskIndex(in_memory=3) as spilled:
+        expected = [in_memory.claim(d, 2) for d in digests]
+        assert [spilled.claim(d, 2) for d in digests] == expected
+        assert spilled._db is not None and in_memory._db is None
+    assert expected[:8] == [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (0, 2)]
+
+
+def test_shards_split_the_tasks_without_overlap_and_keep_the_numbering(tmp_path: Path) -> None:
+    lines = [json.dumps({"responses_create_params": {"input": f"q{i % 5}"}}) for i in range(8)] + ["{bad"]
+    path = write_lines(tmp_path / "in.jsonl", lines)
+    whole, _ = run_materialize(job(path, num_repeats=2))
+    shards = [run_materialize(job(path, num_repeats=2, shard_index=i, shard_count=3)) for i in range(3)]
+    keys = lambda rows: {(r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows}  # noqa: E731
+    assert sorted(k for rows, _ in shards for k in keys(rows)) == sorted(keys(whole))
+    assert all(r["_ng_task_index"] % 3 == i for i, (rows, _) in enumerate(shards) for r in rows)
+    assert [len(bad) for _, bad in shards] == [1, 0, 0], "a bad row is reported once, by shard 0"
+    with pytest.raises(ValueError, match="shard_index"):
+        job(path, shard_index=3, shard_count=3)
+
+
 def test_materialize_skips_and_reports_bad_rows(tmp_path: Path) -> None:
     lines = [
         json.dumps(GOOD),
