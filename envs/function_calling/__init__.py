@@ -1,0 +1,64 @@
+"""Function calling, single turn: the model's function calls must be the expected ones.
+
+Rows are NeMo Gym's `xlam_fc` rows: the tools the model may call in
+`responses_create_params.tools`, the answer in `expected_answers`, a list of
+`{"name": ..., "arguments": {...}}` (several for parallel calls; empty when
+the model should call nothing). The calls are the answer, so they are judged,
+never run: the environment declares no tools and sets `execute_tool_calls =
+False`, and the episode ends at the model's first turn.
+
+The reward is `verifiers.tool_calls`'s: 1.0 when the calls equal the expected
+ones as a multiset (same names; arguments equal after normalisation under the
+row's tool schemas, omitted defaults allowed) with none extra, else 0.0.
+`num_expected`, `num_predicted`, `num_correct`, `predicted_calls` (NeMo Gym's
+fields) and `call_checks` (what matched, what was missing, extra or wrong,
+and how) are added to the rollout.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gym_serve import Environment, Response, Task, Verdict
+from verifiers.tool_calls import compare_calls
+
+
+class FunctionCallTask(Task):
+    responses_create_params: dict[str, Any]
+    """The request; its `tools` are the functions the model may call, and their schemas type the arguments."""
+    expected_answers: list[dict[str, Any]]
+    """The expected calls, `{"name", "arguments"}` each (arguments an object or its JSON text)."""
+
+
+class FunctionCallingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    lenient: bool = Field(default=False, description="Strings spelling a number/boolean/JSON equal that value.")
+
+
+class FunctionCalling(Environment):
+    Task = FunctionCallTask
+    Config = FunctionCallingConfig
+    execute_tool_calls = False
+
+    async def verify(self, task: FunctionCallTask, response: Response, state: None) -> Verdict:
+        calls = [item for item in response.output if item.get("type") == "function_call"]
+        result = compare_calls(calls, task.expected_answers, tools=task.responses_create_params.get("tools") or [],
+                               lenient=self.config.lenient)
+        return Verdict(reward=result.reward, fields={
+            "num_expected": result.num_expected, "num_predicted": result.num_predicted,
+            "num_correct": result.num_correct, "predicted_calls": [_plain(call) for call in calls],
+            "call_checks": result.details()})
+
+
+def _plain(call: dict[str, Any]) -> dict[str, Any]:
+    """A call as NeMo Gym's `predicted_calls` holds it: name and parsed arguments (the raw text if unparseable)."""
+    arguments = call.get("arguments", "")
+    try:
+        arguments = json.loads(arguments) if isinstance(arguments, str) and arguments.strip() else arguments or {}
+    except (ValueError, RecursionError):
+        pass  # kept as sent; `call_checks` says why it could not be read
+    return {"name": call.get("name", ""), "arguments": arguments}

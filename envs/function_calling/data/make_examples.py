@@ -1,0 +1,131 @@
+"""Writes example.jsonl and the replay recordings (one right, one wrong answer per row) for `function_calling`.
+
+Rows follow NeMo Gym's `xlam_fc` (its system prompt, Responses-style `tools`, `expected_answers`).
+Each recording is first played through the real environment (`run_local`) and must score the
+reward it was written for (1.0 right, 0.0 wrong), else nothing is written.
+
+    python envs/function_calling/data/make_examples.py
+"""
+
+import asyncio
+import json
+from pathlib import Path
+
+from envs.function_calling import FunctionCalling
+from gym_serve import run_local
+
+HERE = Path(__file__).parent
+SYSTEM_PROMPT = ("You are a helpful AI assistant with access to various functions. When you need to use a function "
+                 "to answer a user's request, call the appropriate function with the correct arguments. You can call "
+                 "multiple functions if needed to fully address the user's query.")
+
+
+def tool(name: str, description: str, properties: dict, required: list[str] | None = None) -> dict:
+    return {"type": "function", "name": name, "description": description, "strict": False,
+            "parameters": {"type": "object", "properties": properties,
+                           "required": required if required is not None else list(properties),
+                           "additionalProperties": False}}
+
+
+WEATHER = tool("get_weather", "Current weather in a city.", {
+    "city": {"type": "string", "description": "City name."},
+    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"}}, ["city"])
+CONVERT = tool("convert_currency", "Convert an amount between currencies.", {
+    "amount": {"type": "number"}, "from_currency": {"type": "string"}, "to_currency": {"type": "string"}})
+FLIGHTS = tool("search_flights", "Search flights.", {
+    "origin": {"type": "string"}, "destination": {"type": "string"},
+    "date": {"type": "string", "description": "YYYY-MM-DD"}, "adults": {"type": "integer"}})
+HOTEL = tool("book_hotel", "Book a hotel room.", {"city": {"type": "string"}, "nights": {"type": "integer"}})
+EVENT = tool("create_event", "Create a calendar event.", {
+    "title": {"type": "string"}, "start": {"type": "string", "description": "ISO 8601 date-time"},
+    "attendees": {"type": "array", "items": {"type": "string"}},
+    "reminder": {"type": "object", "properties": {"minutes_before": {"type": "integer"}}}}, ["title", "start"])
+ALARM = tool("set_alarm", "Set an alarm.", {"time": {"type": "string", "description": "HH:MM, 24h"}})
+DOCS = tool("search_docs", "Search the documentation.", {
+    "query": {"type": "string"}, "limit": {"type": "integer", "default": 10}}, ["query"])
+
+
+def c(name: str, **arguments) -> dict:
+    return {"name": name, "arguments": arguments}
+
+
+# (question, tools, expected calls, right answer, wrong answer); an answer is a list of calls or a text.
+EXAMPLES = [
+    ("What's the weather in Lisbon right now, in fahrenheit?", [WEATHER],
+     [c("get_weather", city="Lisbon", unit="fahrenheit")],
+     [c("get_weather", unit="fahrenheit", city="Lisbon")],
+     [c("get_weather", city="Lisbon")]),  # the default unit is celsius: wrong
+    ("Convert 100 USD to EUR and 50 GBP to JPY.", [CONVERT, WEATHER],
+     [c("convert_currency", amount=100, from_currency="USD", to_currency="EUR"),
+      c("convert_currency", amount=50, from_currency="GBP", to_currency="JPY")],
+     [c("convert_currency", amount=50.0, from_currency="GBP", to_currency="JPY"),  # parallel, other order
+      c("convert_currency", amount=100, from_currency="USD", to_currency="EUR")],
+     [c("convert_currency", amount=100, from_currency="USD", to_currency="EUR")]),  # one call missing
+    ("Find flights from Berlin to Rome on 2025-06-01 for 2 adults.", [WEATHER, FLIGHTS, HOTEL],
+     [c("search_flights", origin="Berlin", destination="Rome", date="2025-06-01", adults=2)],
+     [c("search_flights", adults=2, date="2025-06-01", destination="Rome", origin="Berlin")],
+     [c("book_hotel", city="Rome", nights=2)]),  # the wrong function
+    ("Put 'Design review' on my calendar for 2025-05-20T14:00 with ana@example.com and li@example.com, "
+     "and remind me 15 minutes before.", [EVENT],
+     [c("create_event", title="Design review", start="2025-05-20T14:00",
+        attendees=["ana@example.com", "li@example.com"], reminder={"minutes_before": 15})],
+     [c("create_event", title="Design review", start="2025-05-20T14:00",
+        attendees=["ana@example.com", "li@example.com"], reminder={"minutes_before": 15})],
+     [c("create_event", title="Design review", start="2025-05-20T14:00",
+        attendees=["ana@example.com", "li@example.com"], reminder={"minutes_before": 15}, location="Room 4")]),
+    ("Set alarms for 06:30, 07:00 and 07:30.", [ALARM],
+     [c("set_alarm", time="06:30"), c("set_alarm", time="07:00"), c("set_alarm", time="07:30")],
+     [c("set_alarm", time="07:30"), c("set_alarm", time="06:30"), c("set_alarm", time="07:00")],
+     [c("set_alarm", time="06:30"), c("set_alarm", time="07:00"), c("set_alarm", time="07:30"),
+      c("set_alarm", time="08:00")]),  # one call too many
+    ("Search the docs for 'ray serve autoscaling'.", [DOCS],
+     [c("search_docs", query="ray serve autoscaling", limit=10)],
+     [c("search_docs", query="ray serve autoscaling")],  # the default limit may be left out
+     [c("search_docs", query="ray serve autoscaling", limit=5)]),
+    ("Tell me a short joke about databases.", [WEATHER],
+     [],  # nothing to call: the right answer is text
+     "Why did the database administrator leave his wife? She had one-to-many relationships.",
+     [c("get_weather", city="London")]),
+]
+
+
+def output(answer: list[dict] | str) -> list[dict]:
+    if isinstance(answer, str):
+        return [{"type": "message", "id": "msg_0", "role": "assistant", "status": "completed",
+                 "content": [{"type": "output_text", "text": answer, "annotations": []}]}]
+    return [{"type": "function_call", "id": f"fc_{k}", "call_id": f"call_{k}", "name": call["name"],
+             "arguments": json.dumps(call["arguments"]), "status": "completed"} for k, call in enumerate(answer)]
+
+
+class Recorded:
+    """A model that answers with one recorded output."""
+
+    def __init__(self, items: list[dict]) -> None:
+        self.items = items
+
+    async def responses(self, request: dict, session: str | None = None) -> dict:
+        return {"id": "resp_0", "object": "response", "model": "recorded", "status": "completed", "output": self.items}
+
+
+async def main() -> None:
+    rows, recordings = [], []
+    for i, (question, tools, expected, right, wrong) in enumerate(EXAMPLES):
+        row = {"id": i, "responses_create_params": {"input": [{"role": "system", "content": SYSTEM_PROMPT},
+                                                              {"role": "user", "content": question}],
+                                                    "tools": tools},
+               "expected_answers": expected}
+        rows.append(row)
+        for answer, meant in ((right, 1.0), (wrong, 0.0)):
+            rollout = await run_local(row, FunctionCalling(), Recorded(output(answer)))
+            if rollout["reward"] != meant:
+                raise SystemExit(f"row {i}: the {'right' if meant else 'wrong'} answer scored {rollout['reward']}: "
+                                 f"{rollout['call_checks']}")
+            recordings.append({**row, "response": {"id": "resp_0", "object": "response", "status": "completed",
+                                                   "output": rollout["response"]["output"]}, "reward": meant})
+    (HERE / "example.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (HERE / "example_rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recordings))
+    print(f"wrote {len(rows)} rows and {len(recordings)} recordings")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
