@@ -5,7 +5,8 @@ Where the answer is, in order:
 1. the whole text, when it is JSON (NeMo Gym's `structured_outputs` asks for bare JSON);
 2. the last ```json (or unlabelled ```) fenced block, and only that one: a model that
    corrects itself in a later block is judged on the correction;
-3. the last balanced `{...}` / `[...]` span of the text that parses (an answer wrapped in prose).
+3. the last balanced `{...}` / `[...]` span of the text that parses (an answer wrapped in prose;
+   spans that cannot open JSON, like `{x}`, are skipped, and at most the last 100 are tried).
 
 Validation is `jsonschema`'s, with the draft the schema names in `$schema` (2020-12
 otherwise) and its format checker (formats whose checker needs a package that is not
@@ -57,6 +58,8 @@ MAX_DEPTH = 64
 """Deepest nesting of arrays/objects validated; deeper values would only exercise recursion limits."""
 _MESSAGE_CHARS = 300
 
+_MAX_SPANS = 100  # bare spans tried, from the last: each failed parse costs an exception
+_JSON_START = re.compile(r'\{\s*["}]|\[\s*["\-0-9tfn\[\]{]')  # what can open a JSON object or array
 _FENCE = re.compile(r"```[ \t]*(?:json)?[ \t]*\r?\n(.*?)```", re.S | re.I)
 
 
@@ -141,14 +144,16 @@ def extract_json(text: str) -> Any:
                 return _loads(fences[-1].strip())
             except ValueError as e:
                 raise JsonParseError(f"the last ```json block is not valid JSON: {_describe(e)}") from e
-        spans = _balanced_spans(text)
+        spans = [(a, b) for a, b in _balanced_spans(text) if _JSON_START.match(text, a)][-_MAX_SPANS:]
+        last_error: ValueError | None = None
         for start, end in reversed(spans):
             try:
                 return _loads(text[start:end])
-            except ValueError:
-                continue
-        if spans:
-            raise JsonParseError(f"no {{...}} or [...] in the answer is valid JSON (tried {len(spans)})") from None
+            except ValueError as e:
+                last_error = last_error or e
+        if last_error is not None:
+            raise JsonParseError(f"no {{...}} or [...] in the answer is valid JSON (tried {len(spans)}); "
+                                 f"the last: {_describe(last_error)}") from None
         raise JsonParseError(f"the answer holds no JSON object or array ({_describe(whole_error)})") from None
 
 

@@ -57,7 +57,9 @@ def test_extract_json(text: str, value: object) -> None:
         ("no json here at all", "holds no JSON object or array"),
         ("```json\n{\"a\": 1,}\n```", "the last ```json block is not valid JSON"),
         ("```json\n{\"a\": 1}\n```\nthen\n```json\n{oops}\n```", "the last ```json block"),
-        ("Answer: {name: 'x'}", "no {...} or [...] in the answer is valid JSON (tried 1)"),
+        ("Answer: {\"name\": 'x'}", "no {...} or [...] in the answer is valid JSON (tried 1); the last: Expecting "),
+        ("Answer: {name: 'x'} (not JSON at all)", "holds no JSON object or array"),
+        ('{"a": 1,}', "(tried 1); the last: "),
         ("NaN", "holds no JSON"),
     ],
 )
@@ -157,6 +159,8 @@ def test_huge_or_hostile_answers_are_refused_quickly() -> None:
     assert too_deep_to_parse.error_type == "parse_error"
     braces = verify_json("{" * 199_000, {"type": "object"})  # unbalanced: one linear scan, no span to parse
     assert braces.error_type == "parse_error"
-    prose = verify_json("{x} " * 49_000, {"type": "object"})  # 49,000 spans, each fails fast
-    assert prose.error_type == "parse_error" and "tried 49000" in prose.error
+    prose = verify_json("{x} " * 49_000, {"type": "object"})  # 49,000 spans that cannot be JSON: none parsed
+    assert prose.error_type == "parse_error" and "holds no JSON object or array" in prose.error
+    near_misses = verify_json('{"a" 1} ' * 20_000, {"type": "object"})  # could be JSON: only the last 100 tried
+    assert near_misses.error_type == "parse_error" and "tried 100" in near_misses.error
     assert time.monotonic() - started < 5
