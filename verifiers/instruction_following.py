@@ -102,7 +102,7 @@ _ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof sr jr st vs etc e.g i.e inc ltd co no fig approx dept est jan feb mar apr jun jul aug sep "
     "sept oct nov dec".split()
 )
-_SENTENCE_END = re.compile(r"[.!?]+['\"’”)\]]*(?=\s|$)")
+_SENTENCE_END = re.compile(r"(?<![.!?])[.!?]++['\"’”)\]]*+(?=\s|$)")  # possessive: linear on "!!!!..."
 
 
 def split_sentences(text: str) -> list[str]:
@@ -118,8 +118,10 @@ def split_sentences(text: str) -> list[str]:
     for block in re.split(r"\n\s*\n", text):
         start = 0
         for match in _SENTENCE_END.finditer(block):
-            before = block[start:match.start()].split()
-            last = before[-1].lower() if before else ""
+            token_start = match.start()
+            while token_start > start and not block[token_start - 1].isspace():  # only the last word: linear
+                token_start -= 1
+            last = block[token_start:match.start()].lower()
             single_dot = match.group().rstrip("'\"’”)]") == "."
             if single_dot and (last in _ABBREVIATIONS or re.fullmatch(r"[a-z]|(?:[a-z]\.)+[a-z]", last)):
                 continue
@@ -254,7 +256,21 @@ class NumberPlaceholders(Instruction):
     num_placeholders: Count
 
     def check(self, response: str) -> bool:
-        return len(re.findall(r"\[.*?\]", response)) >= self.num_placeholders
+        return _count_placeholders(response) >= self.num_placeholders
+
+
+def _count_placeholders(text: str) -> int:
+    """What `len(re.findall(r"\\[.*?\\]", text))` counts (IFEval), in linear time: a line of `[[[[` is quadratic there."""
+    count = 0
+    for line in text.split("\n"):
+        pos = line.find("[")
+        while pos >= 0:
+            close = line.find("]", pos + 1)
+            if close < 0:
+                break
+            count += 1
+            pos = line.find("[", close + 1)
+    return count
 
 
 @_register("detectable_content:postscript")
@@ -264,13 +280,15 @@ class Postscript(Instruction):
     postscript_marker: Text
 
     def check(self, response: str) -> bool:
+        # IFEval's patterns, less their leading `\s*` and trailing `.*$`: the same yes/no, with no
+        # quadratic backtracking on long runs of whitespace.
         if self.postscript_marker == "P.P.S":
-            pattern = r"\s*p\.\s?p\.\s?s.*$"
+            pattern = r"p\.\s?p\.\s?s"
         elif self.postscript_marker == "P.S.":
-            pattern = r"\s*p\.\s?s\..*$"
+            pattern = r"p\.\s?s\."
         else:
-            pattern = r"\s*" + re.escape(self.postscript_marker.lower()) + r".*$"
-        return bool(re.findall(pattern, response.lower(), flags=re.M))
+            pattern = re.escape(self.postscript_marker.lower())
+        return re.search(pattern, response.lower()) is not None
 
 
 @_register("detectable_format:number_bullet_lists")
@@ -329,7 +347,7 @@ class JsonFormat(Instruction):
             text = text.removeprefix(fence)
         try:
             json.loads(text.removesuffix("```").strip())
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: `[[[[...` nested past Python's stack
             return False
         return True
 
@@ -339,7 +357,13 @@ class Title(Instruction):
     """Contains a title in double angular brackets, like `<<poem of joy>>`."""
 
     def check(self, response: str) -> bool:
-        return any(t.lstrip("<").rstrip(">").strip() for t in re.findall(r"<<[^\n]+>>", response))
+        # IFEval: any of `re.findall(r"<<[^\n]+>>", text)` has text inside. That regex is quadratic on a line of
+        # `<<<<`; per line its only candidate is first `<<` .. last `>>`, which this checks in linear time.
+        for line in response.split("\n"):
+            start, end = line.find("<<"), line.rfind(">>")
+            if start >= 0 and end >= start + 3 and line[start:end + 2].lstrip("<").rstrip(">").strip():
+                return True
+        return False
 
 
 # ---- combinations, start/end, case, punctuation -------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -174,3 +175,14 @@ def test_prompt_level_needs_every_instruction() -> None:
     assert (half.prompt_level_strict, half.instruction_level_strict) == (False, 0.5)
     both = check_instructions('"no comma here"', instructions)
     assert (both.prompt_level_strict, both.instruction_level_strict) == (True, 1.0)
+
+
+def test_hostile_responses_are_checked_in_linear_time() -> None:
+    """Long runs that make naive regexes backtrack quadratically (IFEval's placeholder, title, postscript ones)."""
+    hostile = ["[" * 100_000, "<<" * 50_000, " " * 100_000, "." * 100_000 + "x", "A. " * 30_000, "{" * 100_000,
+               "*a" * 50_000, "P." * 50_000]
+    instructions = [make_instruction(i, k) for i, k, _, _ in CASES]
+    started = time.monotonic()
+    for text in hostile:
+        check_instructions(text, instructions)
+    assert time.monotonic() - started < 10

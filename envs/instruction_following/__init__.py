@@ -1,0 +1,62 @@
+"""Instruction following (IFEval style), single turn: reward 1.0 when every instruction is followed strictly.
+
+Rows are IFEval's and NeMo Gym's `instruction_following` rows, unchanged: the prompt in
+`responses_create_params`, `instruction_id_list` and `kwargs` paired by position,
+`prompt`, `key` (IFEval) or `id` (NeMo Gym) — at the top level, or under
+`verifier_metadata` (NeMo Gym's newer layout, with `grading_mode`). The row's
+instructions are validated when the row is read, so an unknown id or a bad kwarg
+fails the rollout with a message naming it instead of silently scoring 0.
+
+Reward: prompt-level strict (`grading_mode: binary`, the default), or the fraction of
+instructions followed strictly (`grading_mode: fraction`, as NeMo Gym offers). Fields:
+NeMo Gym's `follow_all_instructions` and `follow_instruction_list` (strict), the loose
+list, and IFEval's four numbers, so `gym-serve profile` reports their means.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ValidationInfo, field_validator, model_validator
+
+from gym_serve import Environment, Response, Task, Verdict
+from verifiers.instruction_following import check_instructions, make_instructions
+
+
+class InstructionTask(Task):
+    instruction_id_list: list[str]
+    kwargs: list[dict[str, Any] | None]
+    prompt: str | None = None
+    grading_mode: Literal["binary", "fraction"] = "binary"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_verifier_metadata(cls, data: Any) -> Any:
+        """NeMo Gym's newer rows nest the scoring fields under `verifier_metadata`; top-level fields win."""
+        if isinstance(data, dict) and isinstance(data.get("verifier_metadata"), dict):
+            return {**data["verifier_metadata"], **data}
+        return data
+
+    @field_validator("kwargs")
+    @classmethod
+    def _instructions_fit(cls, kwargs: list[dict[str, Any] | None], info: ValidationInfo) -> list:
+        if "instruction_id_list" in info.data:
+            make_instructions(info.data["instruction_id_list"], kwargs)
+        return kwargs
+
+
+class InstructionFollowing(Environment):
+    Task = InstructionTask
+
+    async def verify(self, task: InstructionTask, response: Response, state: None) -> Verdict:
+        result = check_instructions(response.output_text(), make_instructions(task.instruction_id_list, task.kwargs))
+        reward = float(result.prompt_level_strict) if task.grading_mode == "binary" else result.instruction_level_strict
+        return Verdict(reward=reward, fields={
+            "follow_all_instructions": result.prompt_level_strict,
+            "follow_instruction_list": [r.strict for r in result.instructions],
+            "follow_instruction_list_loose": [r.loose for r in result.instructions],
+            "prompt_level_strict": float(result.prompt_level_strict),
+            "prompt_level_loose": float(result.prompt_level_loose),
+            "instruction_level_strict": result.instruction_level_strict,
+            "instruction_level_loose": result.instruction_level_loose,
+        })

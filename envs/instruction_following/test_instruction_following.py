@@ -1,0 +1,71 @@
+"""Every example row replays right (1.0) then wrong (0.0); both row layouts, grading modes and bad rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gym_serve import EnvError, EnvRunner, ReplayModel, run_local
+from gym_serve.jsonl import read_jsonl
+
+from . import InstructionFollowing
+
+
+def rows() -> list[dict[str, Any]]:
+    return [row for _, row in read_jsonl(InstructionFollowing.data_dir() / "example.jsonl")]
+
+
+def answer(text: str) -> dict[str, Any]:
+    return {"id": "r", "object": "response", "status": "completed", "output": [
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]}
+
+
+async def test_every_example_row_replays_right_then_wrong() -> None:
+    examples = rows()
+    assert len(examples) >= 5
+    assert any("verifier_metadata" in row for row in examples) and any("key" in row for row in examples)
+    right = ReplayModel.for_environment(InstructionFollowing)
+    wrong = ReplayModel.for_environment(InstructionFollowing, error_rate=1.0)
+    for row in examples:
+        good = await run_local(row, InstructionFollowing(), right)
+        assert good["reward"] == 1.0 and good["follow_all_instructions"] is True
+        assert good["prompt_level_loose"] == good["instruction_level_strict"] == 1.0
+        bad = await run_local(row, InstructionFollowing(), wrong)
+        assert bad["reward"] == 0.0 and False in bad["follow_instruction_list"]
+        assert len(bad["follow_instruction_list"]) == len(good["follow_instruction_list"]) > 0
+
+
+def nemo_row(**fields: Any) -> dict[str, Any]:
+    return {"responses_create_params": {"input": [{"role": "user", "content": "Say hi without commas, quoted."}]},
+            "instruction_id_list": ["punctuation:no_comma", "startend:quotation"], "kwargs": [{}, None], **fields}
+
+
+async def test_fraction_grading_and_reported_fields() -> None:
+    runner = EnvRunner(InstructionFollowing())
+    binary = await runner.verify(nemo_row(), answer("hi there"), None)
+    fraction = await runner.verify(nemo_row(grading_mode="fraction"), answer("hi there"), None)
+    assert (binary["reward"], fraction["reward"]) == (0.0, 0.5)
+    assert binary["follow_instruction_list"] == [True, False] and binary["instruction_level_strict"] == 0.5
+    loose = await runner.verify(nemo_row(), answer('Sure:\n"hi there"'), None)
+    assert (loose["reward"], loose["prompt_level_loose"]) == (0.0, 1.0), "loose forgives the preamble; reward is strict"
+
+
+async def test_verifier_metadata_layout_is_read() -> None:
+    fields = {"instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}], "grading_mode": "binary"}
+    row = {"responses_create_params": {"input": "Say hi."}, "verifier_metadata": fields}
+    result = await EnvRunner(InstructionFollowing()).verify(row, answer("hi, you"), None)
+    assert result["reward"] == 0.0 and result["follow_instruction_list"] == [False]
+
+
+@pytest.mark.parametrize(("fields", "says"), [
+    ({"instruction_id_list": ["paragraphs:paragraphs"], "kwargs": [{}]}, "`paragraphs:paragraphs`: unknown"),
+    ({"kwargs": [{"num_words": 5}, None]} | {"instruction_id_list": ["length_constraints:number_words",
+                                                                     "startend:quotation"]},
+     "`length_constraints:number_words`, kwarg `relation`: required"),
+    ({"kwargs": [{}]}, "2 ids but `kwargs` has 1"),
+])
+async def test_bad_rows_fail_with_the_instruction_named(fields: dict[str, Any], says: str) -> None:
+    with pytest.raises(EnvError, match="instruction_following") as info:
+        await EnvRunner(InstructionFollowing()).verify(nemo_row(**fields), answer("hi"), None)
+    assert says in str(info.value)
