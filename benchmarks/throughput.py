@@ -1,14 +1,21 @@
-"""Throughput: rollouts/s, latency and CPU-ms per rollout versus driver concurrency, on the weather task.
+"""Throughput: rollouts/s, latency, CPU-ms per rollout and Little's-law efficiency versus driver concurrency.
 
-The workload NeMo Gym's quick-start runs (2 model turns, 1 tool call, verify)
-with the instant replay model, through the real stack: a `RolloutDriver` actor
-fanning rows out to the Agent → (Model, Environment) deployments of
-`deployments/example_single_tool_call.yaml` on a local Ray instance. CPU time
-is summed over every process of that instance (driver, replicas, Serve
-controller, raylet, GCS) and this one; run it with no other Ray instance on
-the machine (their `ray::` workers would be counted too).
+The workload of NeMo Gym's quick-start (the weather task: 2 model turns, 1
+tool call, seed, verify) through the real stack: a `RolloutDriver` actor
+fanning rows out to the Agent → (Model, Environment) deployments on a local
+Ray instance. Models: `replay` (instant, the recorded outputs) and the
+synthetic model at a fixed latency per call (`synthetic:0`, `synthetic:0.1`,
+`synthetic:1`: seconds; it also ships 256 generated token ids and log-probs
+per call, as a token-returning model would).
 
-    python benchmarks/throughput.py [--concurrency 1 16 64 256 1024 4096] [--rollouts 4000] [--repeats 3]
+- rollouts/s: overall (rollouts / wall time) and *steady* (the rate between 20 %
+  and 80 % of the work, without ramp-up and drain);
+- Little's law: with N in flight and an unloaded rollout latency L (the p50 at
+  concurrency 1), an ideal system does N / L rollouts/s; efficiency = steady / (N / L);
+- CPU-ms per rollout, summed over every process of the Ray instance;
+- the driver actor's largest RSS during the run.
+
+    python benchmarks/throughput.py [--models replay synthetic:0.1] [--concurrency 1 64 4096] [--seconds 10]
 
 Prints a table last and writes benchmarks/results/throughput-<date>.json and .png.
 """
@@ -16,126 +23,109 @@ Prints a table last and writes benchmarks/results/throughput-<date>.json and .pn
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
+import statistics
 import tempfile
-import time
-from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-import psutil
 import ray
+from ray import serve
 
-from gym_serve import serving
-from gym_serve.config import load_serve_config
-from gym_serve.driver import RolloutDriver
+import harness
 
-REPO = Path(__file__).resolve().parents[1]
-CONFIG = REPO / "deployments" / "example_single_tool_call.yaml"
-ROWS = REPO / "envs" / "example_single_tool_call" / "data" / "example.jsonl"
+N_TOKENS = 256
 
 
-def session_processes() -> list[psutil.Process]:
-    """This process and every process of the local Ray instance it started (GCS, raylet, workers, replicas)."""
-    session = Path(ray._private.worker._global_node.get_session_dir_path()).name
-    found = {psutil.Process().pid: psutil.Process()}
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(proc.info["cmdline"] or [])
-        if session in cmdline or cmdline.startswith("ray::"):  # Ray names its workers `ray::<actor>`
-            found[proc.pid] = proc
-            found.update({child.pid: child for child in proc.children(recursive=True)})
-    return list(found.values())
+def model_config(model: str) -> dict[str, Any]:
+    if model == "replay":
+        return {"kind": "replay"}
+    latency = float(model.split(":")[1])
+    return {"kind": "synthetic", "latency": {"mean_s": latency}, "output_tokens": N_TOKENS, "prompt_tokens": N_TOKENS}
 
 
-def cpu_seconds() -> float:
-    total = 0.0
-    for proc in session_processes():
-        try:
-            times = proc.cpu_times()
-            total += times.user + times.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
+def guess_latency(model: str) -> float:
+    return 0.012 if model == "replay" else 2 * float(model.split(":")[1]) + 0.012
 
 
-def run_once(source: Path, out: Path, concurrency: int) -> dict:
-    driver = RolloutDriver.remote()
-    cpu0, t0 = cpu_seconds(), time.perf_counter()
-    summary = ray.get(driver.collect.remote({
-        "input_path": str(source), "output_path": str(out), "agents": ["example_single_tool_call"],
-        "default_agent": "example_single_tool_call", "concurrency": concurrency}))
-    wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
-    ray.kill(driver)
-    n = summary["rollouts"]
-    return {"rollouts": n, "failures": summary["failures"], "seconds": wall, "rollouts_per_s": n / wall,
-            "cpu_ms_per_rollout": 1000 * cpu / n, "p50_ms": 1000 * summary["latency_p50_s"],
-            "p95_ms": 1000 * summary["latency_p95_s"], "p99_ms": 1000 * summary["latency_p99_s"]}
+def run_once(work: Path, app: str, concurrency: int, n: int) -> dict[str, Any]:
+    source = harness.rows_file(work / f"in-{n}.jsonl", n)
+    summary, samples = harness.collect({"input_path": str(source), "output_path": str(work / "out.jsonl"),
+                                        "agents": [app], "default_agent": app, "concurrency": concurrency})
+    wall, cpu = summary["elapsed_s"], summary["cpu_s"]
+    done = summary["rollouts"]
+    return {"rollouts": done, "failures": summary["failures"], "seconds": wall, "rollouts_per_s": done / wall,
+            "steady_rollouts_per_s": harness.steady_rate(samples), "cpu_ms_per_rollout": 1000 * cpu / done,
+            "p50_ms": 1000 * summary["latency_p50_s"], "p95_ms": 1000 * summary["latency_p95_s"],
+            "p99_ms": 1000 * summary["latency_p99_s"], "driver_rss_mb_max": max(s["rss_mb"] for s in samples),
+            "driver_rss_mb_first": samples[0]["rss_mb"]}
+
+
+def measure(model: str, concurrencies: list[int], seconds: float, repeats: int, work: Path) -> list[dict[str, Any]]:
+    app = "bench-" + model.replace(":", "-").replace(".", "_")
+    harness.deploy(harness.weather_app(app, model=model_config(model), env_name="example_single_tool_call"))
+    latency = guess_latency(model)
+    results = []
+    for concurrency in concurrencies:
+        rate = min(concurrency / latency, 3000.0)
+        n = max(2 * concurrency, 20, int(rate * seconds))
+        run_once(work, app, concurrency, min(n, 2 * concurrency + 20))  # warm up
+        runs = [run_once(work, app, concurrency, n) for _ in range(repeats)]
+        median = sorted(runs, key=lambda r: r["rollouts_per_s"])[len(runs) // 2]
+        if concurrency == 1:
+            latency = statistics.median(r["p50_ms"] for r in runs) / 1000
+        steady = median["steady_rollouts_per_s"] or median["rollouts_per_s"]
+        results.append({"model": model, "concurrency": concurrency, "median": median, "runs": runs,
+                        "unloaded_latency_s": latency, "littles_law_efficiency": steady / (concurrency / latency)})
+        print(f"{model:>14} c={concurrency:<5} {median['rollouts_per_s']:8.1f} rollouts/s (steady {steady:8.1f}), "
+              f"{median['cpu_ms_per_rollout']:.2f} CPU-ms, efficiency {results[-1]['littles_law_efficiency']:.2f}",
+              flush=True)
+    serve.delete(app)
+    return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["replay", "synthetic:0", "synthetic:0.1", "synthetic:1"])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64, 256, 1024, 4096])
-    parser.add_argument("--rollouts", type=int, default=4000, help="per run (at least 2 x concurrency)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per concurrency; the median is reported")
+    parser.add_argument("--seconds", type=float, default=8.0, help="rough length of each timed run")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per point; the median is reported")
     args = parser.parse_args()
 
-    specs = load_serve_config(CONFIG)
-    serving.connect("local")
-    serving.deploy(specs, source=str(CONFIG))
-    rows = ROWS.read_text().splitlines()
+    harness.start()
     work = Path(tempfile.mkdtemp(prefix="gym-serve-bench-"))
-    results = []
-    for concurrency in args.concurrency:
-        n = max(args.rollouts, 2 * concurrency)
-        source = work / f"in-{n}.jsonl"
-        source.write_text("\n".join(rows[i % len(rows)] for i in range(n)) + "\n")
-        run_once(source, work / "warm.jsonl", concurrency)
-        runs = [run_once(source, work / "out.jsonl", concurrency) for _ in range(args.repeats)]
-        best = sorted(runs, key=lambda r: r["rollouts_per_s"])[len(runs) // 2]
-        ideal_latency_s = min(r["p50_ms"] for r in runs) / 1000 if concurrency == 1 else None
-        results.append({"concurrency": concurrency, "median": best, "runs": runs, "ideal_latency_s": ideal_latency_s})
-        print(f"concurrency {concurrency:>5}: {best['rollouts_per_s']:7.1f} rollouts/s, "
-              f"{best['cpu_ms_per_rollout']:.2f} CPU-ms/rollout", flush=True)
+    results = [r for model in args.models for r in measure(model, args.concurrency, args.seconds, args.repeats, work)]
     ray.shutdown()
 
-    base = next((r["ideal_latency_s"] for r in results if r["ideal_latency_s"]), None)
-    for r in results:  # Little's law: in-flight / latency is what an ideal system would do
-        r["littles_law_efficiency"] = (r["median"]["rollouts_per_s"] / (r["concurrency"] / base)) if base else None
-    stamp = datetime.now()
-    load = os.getloadavg()
-    document = {"benchmark": "throughput", "date": stamp.isoformat(timespec="seconds"),
-                "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {psutil.virtual_memory().total >> 30} GiB",
-                "load_average_at_end": load, "workload": "example_single_tool_call, replay model", "results": results}
-    out = Path(__file__).parent / "results" / f"throughput-{stamp:%Y%m%d-%H%M%S}"
-    out.with_suffix(".json").write_text(json.dumps(document, indent=2))
-    _plot(results, out.with_suffix(".png"))
-    print(f"\n{'concurrency':>11} {'rollouts/s':>10} {'CPU-ms/rollout':>14} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
-          f"{'Little eff.':>11}")
-    for r in results:
-        m = r["median"]
-        eff = f"{r['littles_law_efficiency']:.2f}" if r["littles_law_efficiency"] is not None else "-"
-        print(f"{r['concurrency']:>11} {m['rollouts_per_s']:>10.1f} {m['cpu_ms_per_rollout']:>14.2f} "
-              f"{m['p50_ms']:>8.1f} {m['p95_ms']:>8.1f} {m['p99_ms']:>8.1f} {eff:>11}")
-    print(f"(median of {args.repeats}; load average {load[0]:.2f}) -> {out}.json, .png")
+    base = harness.write_result("throughput", {
+        "workload": "weather task (2 model turns, 1 tool call, verify); replay or synthetic model",
+        "repeats": args.repeats, "results": results})
+    plot(results, base.with_suffix(".png"))
+    rows = [[r["model"], r["concurrency"], r["median"]["rollouts_per_s"],
+             r["median"]["steady_rollouts_per_s"], r["median"]["cpu_ms_per_rollout"], r["median"]["p50_ms"],
+             r["median"]["p95_ms"], r["median"]["p99_ms"], r["littles_law_efficiency"],
+             r["median"]["driver_rss_mb_max"]] for r in results]
+    print("\n" + harness.table(["model", "in flight", "rollouts/s", "steady/s", "CPU-ms", "p50 ms", "p95 ms",
+                                "p99 ms", "Little eff.", "driver MB"], rows))
+    print(f"(median of {args.repeats}) -> {base}.json, .png")
 
 
-def _plot(results: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, left = plt.subplots(figsize=(7, 4))
-    xs = [r["concurrency"] for r in results]
-    left.plot(xs, [r["median"]["rollouts_per_s"] for r in results], "o-", label="rollouts/s")
-    left.set_xscale("log", base=2)
-    left.set_xlabel("rollouts in flight (driver concurrency)")
-    left.set_ylabel("rollouts/s")
-    right = left.twinx()
-    right.plot(xs, [r["median"]["cpu_ms_per_rollout"] for r in results], "s--", color="#c44e52", label="CPU-ms")
-    right.set_ylabel("CPU-ms per rollout")
-    left.set_title("weather task, replay model: throughput vs concurrency")
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    plt = harness.pyplot()
+    fig, (rate, cpu) = plt.subplots(1, 2, figsize=(11, 4))
+    for model in dict.fromkeys(r["model"] for r in results):
+        mine = [r for r in results if r["model"] == model]
+        xs = [r["concurrency"] for r in mine]
+        rate.plot(xs, [r["median"]["steady_rollouts_per_s"] or r["median"]["rollouts_per_s"] for r in mine], "o-",
+                  label=model)
+        cpu.plot(xs, [r["median"]["cpu_ms_per_rollout"] for r in mine], "s--", label=model)
+    for ax, label in ((rate, "rollouts/s (steady)"), (cpu, "CPU-ms per rollout")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("rollouts in flight (driver concurrency)")
+        ax.set_ylabel(label)
+        ax.legend()
+    cpu.set_yscale("log")
+    rate.set_title("weather task: throughput vs concurrency")
+    cpu.set_title("CPU per rollout (all Ray processes)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

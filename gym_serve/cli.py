@@ -82,6 +82,11 @@ def _parser() -> argparse.ArgumentParser:
     group.add_argument("--config", help="a Serve config: each row's agent_ref.name names its application")
     rev.set_defaults(func=cmd_reverify)
 
+    bench = sub.add_parser("bench", help="run a benchmark of benchmarks/ (in a source checkout)")
+    bench.add_argument("name", help="throughput, autoscaling, scale_out, memory, verifiers, model_tier")
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="the benchmark's own options (see NAME --help)")
+    bench.set_defaults(func=cmd_bench)
+
     demo = sub.add_parser("demo", help="run the example environments end to end on the replay model")
     demo.add_argument("--out", help="folder for the rollout files (default: ./gym-serve-demo-<time>)")
     demo.add_argument("--num-repeats", type=int, default=4)
@@ -167,6 +172,19 @@ def cmd_reverify(args: argparse.Namespace) -> int:
               f"{change['before']} -> {change['after']}")
     print(f"wrote {result['output']}")
     return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Benchmarks are scripts beside the packages in a source checkout (they are not installed)."""
+    import subprocess
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    script = folder / f"{args.name}.py"
+    if not script.is_file() or args.name == "harness":
+        known = sorted(p.stem for p in folder.glob("*.py") if p.stem != "harness") if folder.is_dir() else []
+        raise InputError(f"no benchmark `{args.name}`; available: {', '.join(known) or 'none (not a source checkout)'}",
+                         source=str(folder))
+    return subprocess.call([sys.executable, str(script), *args.args])
 
 
 def _environments(config: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ disk (`gym_serve.resume`) without running a finished key again.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from collections import Counter
@@ -72,6 +73,7 @@ class CollectSummary(BaseModel):
     latency_p95_s: float | None = None
     latency_p99_s: float | None = None
     time_split_s: dict[str, float] = Field(default_factory=dict, description="Summed model/tool/verify seconds.")
+    driver_rss_mb: float | None = Field(default=None, description="The driver process's resident memory now.")
     finished: bool = False
     output_path: str = ""
     failures_path: str = ""
@@ -145,6 +147,7 @@ class Collection:
         s.window = int(self.window.limit)
         s.failures_by_class = dict(self._classes)
         s.time_split_s = {k: round(v, 6) for k, v in self._time_split.items()}
+        s.driver_rss_mb = _rss_mb()
         if self._latencies:
             ordered = sorted(self._latencies)
             pick = lambda q: ordered[min(len(ordered) - 1, int(len(ordered) * q))]  # noqa: E731
@@ -226,6 +229,15 @@ class Collection:
                 self._latencies[slot] = latency
 
 
+def _rss_mb() -> float | None:
+    """This process's resident set size (Linux), to show the driver's memory stays bounded."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def write_ordered(output: Path) -> Path:
     """Copy the output into `<out>_ordered.jsonl` sorted by (agent, task, rollout), one key's offset in memory at a time."""
     import orjson
@@ -254,7 +266,9 @@ class RolloutDriver:
         self._batchers: dict[str, MicroBatcher[dict[str, Any], dict[str, Any]]] = {}
 
     def progress(self) -> dict[str, Any]:
-        return self._collection.snapshot().model_dump() if self._collection else CollectSummary().model_dump()
+        if self._collection is None:
+            return CollectSummary(driver_rss_mb=_rss_mb()).model_dump()
+        return self._collection.snapshot().model_dump()
 
     async def collect(self, job_dict: dict[str, Any]) -> dict[str, Any]:
         self._collection = Collection(CollectJob.model_validate(job_dict), self._call)
