@@ -58,6 +58,7 @@ class VLLMModelDeployment:
 
     async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
         prompt_ids = self._prompt_ids(request)
         room = self.max_model_len - len(prompt_ids)
@@ -72,6 +73,7 @@ class VLLMModelDeployment:
             logprobs=0,
             ignore_eos=self.args.ignore_eos,
             structured_outputs=_forced_tool_call(request),
+            output_kind=RequestOutputKind.FINAL_ONLY,  # no per-token outputs to build: this tier does not stream
         )
         final = None
         async for final in self.engine.generate({"prompt_token_ids": prompt_ids}, params,
