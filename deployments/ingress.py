@@ -3,32 +3,54 @@
 - `POST /run`: one row in, one rollout row out (NeMo Gym's agent `/run` bodies).
 - `POST /v1/rollouts`: rows × `num_repeats` (with sampling overrides); rollouts stream back as NDJSON lines as
   they finish, or as whole groups with `group_size`; a rollout that fails comes back as a failure line with
-  its `_ng_failure_class`. A client that disconnects cancels its batch's rollouts.
+  its `_ng_failure_class`.
 - `POST /v1/responses`, `POST /v1/chat/completions`: the Model tier, OpenAI-compatible (token ids, when the
   model gives them, stay on the items as extra fields).
-- `GET /v1/environments`, `GET /healthz`.
+- `GET /v1/environments`, `GET /healthz`, `GET /metrics` (Prometheus text, see `gym_serve.prometheus`).
 
 Optional bearer-token auth (the token is read from the environment variable
 the config names; everything but `/healthz` needs it). Bounded: bodies over
 `max_body_bytes` get 413, and when accepting a request would put more than
 `max_in_flight` rollouts in flight the answer is 429 with `Retry-After`.
+
+Deadlines: every rollout (on `/run` and `/v1/rollouts`) must end within
+`rollout_timeout_s`, retries included; one that does not comes back as a
+failure row with `_ng_failure_class: timeout`, and its work is cancelled.
+
+Cancellation: when the client of `/v1/rollouts` goes away, Serve's proxy
+cancels the request, the batch's unfinished rollouts are cancelled, their
+in-flight slots come back at once, and the cancellation travels down the
+handle calls (`gym_serve.batching`) so the agent, model and environment
+replicas stop working on them.
+
+Idempotency: a `/v1/rollouts` request with an `idempotency_key` that repeats
+an earlier request's replays the rollouts that finished then (header
+`Idempotency-Replayed: N`) and runs only the others; a duplicate sent while
+the first still streams gets 409 with `Retry-After`, and the same key with
+another body 422 (`gym_serve.idempotency`, which also says why the cache is
+per replica).
 """
 
 import asyncio
+import hashlib
 import hmac
 import json
 import os
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ray import serve
+from starlette.types import Receive, Scope, Send
 
 from gym_serve.batching import MicroBatcher
 from gym_serve.conversion import chat_request_to_responses, responses_response_to_chat
 from gym_serve.failures import RETRYABLE, classify
+from gym_serve.idempotency import IdempotencyCache, IdempotencyConflict, IdempotencyMismatch
+from gym_serve.prometheus import RolloutMetrics
 
 __all__ = ["IngressArgs", "build_ingress"]
 
@@ -45,6 +67,9 @@ class IngressArgs(BaseModel):
     max_in_flight: int = Field(default=4096, ge=1)
     max_body_bytes: int = Field(default=32 << 20, ge=1024)
     max_attempts: int = Field(default=3, ge=1)
+    rollout_timeout_s: float = Field(default=900.0, gt=0, description="Deadline of one rollout, retries included.")
+    idempotency_ttl_s: float = Field(default=900.0, gt=0, description="How long a finished batch stays replayable.")
+    idempotency_max_rollouts: int = Field(default=10_000, ge=0, description="Most rollout rows kept for replay.")
 
 
 class RolloutsRequest(BaseModel):
@@ -56,12 +81,100 @@ class RolloutsRequest(BaseModel):
     temperature: float | None = None
     top_p: float | None = None
     max_output_tokens: int | None = None
-    idempotency_key: str | None = None
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200,
+                                        description="Re-sending a batch with its key replays what finished.")
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": message, **extra}, status_code=status,
-                        headers={"Retry-After": "1"} if status == 429 else None)
+                        headers={"Retry-After": "1"} if status in (409, 429) else None)
+
+
+class _Batch:
+    """The rollouts of one `/v1/rollouts` request: runs and streams them, and gives its slots back exactly once."""
+
+    def __init__(self, ingress: "Ingress", work: list[tuple[str, dict[str, Any]]], group_size: int | None,
+                 key: str | None, replayed: dict[int, dict[str, Any]]) -> None:
+        self.ingress = ingress
+        self.work = work
+        self.group_size = group_size
+        self.key = key
+        self.replayed = replayed
+        self.pending = {i for i in range(len(work)) if i not in replayed}  # admitted, not yet finished
+        self.tasks: list[asyncio.Future[tuple[int, dict[str, Any]]]] = []
+        self.closed = False
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        groups: dict[Any, list[dict[str, Any]]] = {}
+        try:
+            for index in sorted(self.replayed):
+                if (chunk := self._emit(groups, self.replayed[index])) is not None:
+                    yield chunk
+            self.tasks = [asyncio.ensure_future(self._one(i)) for i in sorted(self.pending)]
+            for next_done in asyncio.as_completed(self.tasks):
+                index, result = await next_done
+                self.pending.discard(index)
+                self.ingress.in_flight -= 1
+                if self.key is not None and "_ng_failure_class" not in result:
+                    self.ingress.idempotency.record(self.key, index, result)
+                if (chunk := self._emit(groups, result)) is not None:
+                    yield chunk
+            for group in groups.values():  # groups smaller than group_size (num_repeats not a multiple)
+                yield b"".join(json.dumps(r).encode() + b"\n" for r in group)
+        finally:  # done, or the client went away: stop what is still running
+            self.close()
+
+    async def _one(self, index: int) -> tuple[int, dict[str, Any]]:
+        return index, await self.ingress._run(*self.work[index])
+
+    def _emit(self, groups: dict[Any, list[dict[str, Any]]], result: dict[str, Any]) -> bytes | None:
+        if self.group_size is None:
+            return json.dumps(result).encode() + b"\n"
+        group = groups.setdefault(result["_ng_task_index"], [])
+        group.append(result)
+        if len(group) < self.group_size:
+            return None
+        del groups[result["_ng_task_index"]]
+        return b"".join(json.dumps(r).encode() + b"\n" for r in group)
+
+    def close(self) -> None:
+        """Cancel unfinished rollouts and give back their slots (idempotent: the stream and the response call it)."""
+        if self.closed:
+            return
+        self.closed = True
+        for task in self.tasks:
+            task.cancel()
+        self.ingress.in_flight -= len(self.pending)
+        for _ in self.pending:
+            self.ingress.metrics.finished("cancelled")
+        self.pending.clear()
+        if self.key is not None:
+            self.ingress.idempotency.end(self.key)
+
+
+class _BatchResponse(StreamingResponse):
+    """Streams a `_Batch` as NDJSON and closes it however the response ends.
+
+    The stream's own `finally` does not run if the client goes away before the
+    first line (the generator never started), so the response closes it too.
+    """
+
+    def __init__(self, batch: _Batch, headers: dict[str, str] | None = None) -> None:
+        super().__init__(batch.stream(), media_type="application/x-ndjson", headers=headers)
+        self._batch = batch
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._batch.close()
+
+
+def _replica_id() -> str:
+    try:
+        return serve.get_replica_context().replica_id.unique_id
+    except Exception:  # not in a replica (a unit test builds the class directly)
+        return "local"
 
 
 @serve.deployment(name="Ingress", max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0})
@@ -72,6 +185,9 @@ class Ingress:
         self._token = os.environ.get(self.args.token_env) or None
         self._batchers: dict[str, MicroBatcher[dict[str, Any], dict[str, Any]]] = {}
         self.in_flight = 0
+        self.idempotency = IdempotencyCache(ttl_s=self.args.idempotency_ttl_s,
+                                            max_rollouts=self.args.idempotency_max_rollouts)
+        self.metrics = RolloutMetrics(lambda: self.in_flight, replica=_replica_id())
 
     # ---- plumbing ------------------------------------------------------------------------------------------
 
@@ -107,25 +223,37 @@ class Ingress:
         return name
 
     async def _run(self, agent: str, row: dict[str, Any]) -> dict[str, Any]:
-        """One rollout, retried on retryable failures; a failure comes back as a failure row."""
+        """One rollout within the deadline, retried on retryable failures; a failure comes back as a failure row."""
         batcher = self._batchers.get(agent)
         if batcher is None:
             run_batch = serve.get_app_handle(agent).options(stream=True).run_batch
             batcher = self._batchers[agent] = MicroBatcher(lambda rows: run_batch.remote(rows), max_size=32)
-        for attempt in range(1, self.args.max_attempts + 1):
-            try:
-                return await batcher(row)
-            except Exception as e:
-                failure_class = classify(e)
-                if failure_class in RETRYABLE and attempt < self.args.max_attempts:
-                    await asyncio.sleep(0.1 * 2**attempt)
-                    continue
-                return {**row, "_ng_failure_class": failure_class, "error": str(e) or type(e).__name__,
-                        "attempts": attempt}
-        raise AssertionError("unreachable")
+        started = time.perf_counter()
+        attempt = 0
+        try:
+            async with asyncio.timeout(self.args.rollout_timeout_s):
+                result = None
+                while result is None:
+                    attempt += 1
+                    try:
+                        result = await batcher(row)
+                    except Exception as e:
+                        failure_class = classify(e)
+                        if failure_class in RETRYABLE and attempt < self.args.max_attempts:
+                            await asyncio.sleep(0.1 * 2**attempt)
+                            continue
+                        result = {**row, "_ng_failure_class": failure_class, "error": str(e) or type(e).__name__,
+                                  "attempts": attempt}
+        except TimeoutError:
+            deadline = self.args.rollout_timeout_s
+            result = {**row, "_ng_failure_class": "timeout", "attempts": attempt,
+                      "error": f"rollout did not finish within the ingress deadline of {deadline} s"}
+        self.metrics.finished(result.get("_ng_failure_class", "ok"), time.perf_counter() - started)
+        return result
 
     def _admit(self, rollouts: int) -> JSONResponse | None:
         if self.in_flight + rollouts > self.args.max_in_flight:
+            self.metrics.rejected("saturated")
             return _error(429, f"saturated: {self.in_flight} rollouts in flight, limit {self.args.max_in_flight}")
         self.in_flight += rollouts
         return None
@@ -135,6 +263,12 @@ class Ingress:
     @app.get("/healthz")
     async def healthz(self) -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def prometheus_metrics(self, request: Request) -> Response:
+        if (refused := self._unauthorized(request)) is not None:
+            return refused
+        return PlainTextResponse(self.metrics.render(), media_type="text/plain; version=0.0.4")
 
     @app.post("/run")
     async def run(self, request: Request) -> Response:
@@ -148,6 +282,9 @@ class Ingress:
             return refused
         try:
             result = await self._run(agent, row)
+        except asyncio.CancelledError:  # the client went away
+            self.metrics.finished("cancelled")
+            raise
         finally:
             self.in_flight -= 1
         return JSONResponse(result, status_code=500 if "_ng_failure_class" in result else 200)
@@ -174,33 +311,24 @@ class Ingress:
             for k in range(job.num_repeats):
                 work.append((agent, {**row, "responses_create_params": params, "agent_ref": {"name": agent},
                                      "_ng_task_index": task, "_ng_rollout_index": k}))
-        if (refused := self._admit(len(work))) is not None:
+        replayed: dict[int, dict[str, Any]] = {}
+        key = job.idempotency_key
+        if key is not None:
+            fingerprint = hashlib.sha256(json.dumps(job.model_dump(exclude={"idempotency_key"}), sort_keys=True,
+                                                    default=str).encode()).hexdigest()
+            try:
+                replayed = self.idempotency.begin(key, fingerprint)
+            except IdempotencyConflict as e:
+                return _error(409, str(e))
+            except IdempotencyMismatch as e:
+                return _error(422, str(e))
+        batch = _Batch(self, work, job.group_size, key, replayed)
+        if (refused := self._admit(len(batch.pending))) is not None:
+            if key is not None:
+                self.idempotency.end(key)
             return refused
-        return StreamingResponse(self._stream(work, job.group_size), media_type="application/x-ndjson")
-
-    async def _stream(self, work: list[tuple[str, dict[str, Any]]], group_size: int | None) -> AsyncIterator[bytes]:
-        tasks = [asyncio.ensure_future(self._run(agent, row)) for agent, row in work]
-        groups: dict[Any, list[dict[str, Any]]] = {}
-        released = 0
-        try:
-            for next_done in asyncio.as_completed(tasks):
-                result = await next_done
-                self.in_flight -= 1
-                released += 1
-                if group_size is None:
-                    yield json.dumps(result).encode() + b"\n"
-                    continue
-                group = groups.setdefault(result["_ng_task_index"], [])
-                group.append(result)
-                if len(group) == group_size:
-                    del groups[result["_ng_task_index"]]
-                    yield b"".join(json.dumps(r).encode() + b"\n" for r in group)
-            for group in groups.values():  # groups smaller than group_size (num_repeats not a multiple)
-                yield b"".join(json.dumps(r).encode() + b"\n" for r in group)
-        finally:  # the client went away (or we are done): stop what is still running
-            for task in tasks:
-                task.cancel()
-            self.in_flight -= len(work) - released
+        self.metrics.replayed += len(replayed)
+        return _BatchResponse(batch, headers={"Idempotency-Replayed": str(len(replayed))} if key else None)
 
     @app.post("/v1/responses")
     async def responses(self, request: Request) -> Response:

@@ -9,11 +9,17 @@ call in the same event-loop turn. `MicroBatcher` gathers the calls made in one
 turn (or within `max_wait_s`) into one request, and `stream_batch` fans a batch out
 on the receiving replica and streams results back as they finish; a failure of one call comes back as that call's
 exception, a failure of the whole request (a replica died) as every call's.
+
+When every caller of a batch has given up (cancelled: a client went away, a
+deadline passed), the batch's request is cancelled too, so the replica stops
+the work (`stream_batch` cancels its calls, which cancels their own handle
+calls in turn) instead of finishing rollouts nobody will read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
@@ -65,8 +71,12 @@ class MicroBatcher(Generic[T, R]):
             task = asyncio.get_running_loop().create_task(self._deliver(items, futures))
             self._sending.add(task)  # keep a reference until it is done
             task.add_done_callback(self._sending.discard)
+            abandon = functools.partial(_abandon_if_unwanted, task, futures)
+            for future in futures:
+                future.add_done_callback(abandon)
 
     async def _deliver(self, items: list[T], futures: list[asyncio.Future[R]]) -> None:
+        reply = None
         try:
             reply = self._send(items)
             if hasattr(reply, "__aiter__"):
@@ -83,7 +93,18 @@ class MicroBatcher(Generic[T, R]):
             for future in futures:
                 _settle(future, e)
             if isinstance(e, asyncio.CancelledError):
+                cancel = getattr(reply, "cancel", None)  # a Serve response: cancel the replica's work as well
+                if callable(cancel):
+                    cancel()
                 raise
+
+
+def _abandon_if_unwanted(
+    task: asyncio.Task[None], futures: list[asyncio.Future[Any]], future: asyncio.Future[Any]
+) -> None:
+    """A caller gave up: once no caller of the batch waits any more, stop delivering it."""
+    if future.cancelled() and not task.done() and all(f.done() for f in futures):
+        task.cancel()
 
 
 def _settle(future: asyncio.Future[Any], result: Any) -> None:

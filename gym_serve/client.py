@@ -7,6 +7,12 @@
 
 Requests that meet 429 or a 5xx are retried with exponential backoff (honouring
 `Retry-After`), and at most `max_in_flight` requests are open at once.
+
+Every batch `rollouts` sends carries an `idempotency_key`, so when the
+connection drops mid-stream the client sends the batch again with the same
+key: the ingress replays the rollouts that had finished and runs only the
+rest, and the client skips the lines it already yielded (a 409, the ingress
+still seeing the old connection, is retried like a 429).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import uuid
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -61,10 +68,15 @@ class GymClient:
 
         async def send(offset: int, batch: list[dict[str, Any]]) -> None:
             body = {"rows": [{"_ng_task_index": offset + i, **row} for i, row in enumerate(batch)],
-                    "num_repeats": num_repeats, "group_size": group_size, **sampling}
+                    "num_repeats": num_repeats, "group_size": group_size, "idempotency_key": uuid.uuid4().hex,
+                    **sampling}
+            seen: set[tuple[Any, Any]] = set()  # a re-sent batch replays lines this one already yielded
             try:
                 async for result in self._post_lines("/v1/rollouts", body):
-                    await queue.put(result)
+                    key = (result.get("_ng_task_index"), result.get("_ng_rollout_index"))
+                    if key not in seen:
+                        seen.add(key)
+                        await queue.put(result)
             except BaseException as e:  # surfaced to the reader below
                 await queue.put(e)
 
@@ -82,22 +94,33 @@ class GymClient:
                 sender.cancel()
 
     async def _post_lines(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """POST with retries; yields the JSON lines of the answer (one for /run, many for /v1/rollouts)."""
-        assert self._session is not None, "use `async with GymClient(...)`"
+        """POST with retries; yields the JSON lines of the answer (one for /run, many for /v1/rollouts).
+
+        With an `idempotency_key` in the body, a dropped connection and a 409 are retried too.
+        """
+        if self._session is None:
+            raise RuntimeError("use `async with GymClient(...)` before sending requests")
+        idempotent = body.get("idempotency_key") is not None
         for attempt in range(self._max_retries + 1):
-            async with self._slots, self._session.post(self.base_url + path, json=body) as response:
-                if response.status == 429 or response.status >= 500 and path != "/run":
-                    if attempt == self._max_retries:
+            try:
+                async with self._slots, self._session.post(self.base_url + path, json=body) as response:
+                    retry = response.status == 429 or (response.status == 409 and idempotent)
+                    if retry or response.status >= 500 and path != "/run":
+                        if attempt == self._max_retries:
+                            raise GymClientError(response.status, await response.text())
+                        retry_after = float(response.headers.get("Retry-After", 0) or 0)
+                        await asyncio.sleep(max(retry_after, 0.1 * 2**attempt) * random.uniform(1.0, 1.5))
+                        continue
+                    if response.status >= 400 and not (path == "/run" and response.status == 500):
                         raise GymClientError(response.status, await response.text())
-                    retry_after = float(response.headers.get("Retry-After", 0) or 0)
-                    await asyncio.sleep(max(retry_after, 0.1 * 2**attempt) * random.uniform(1.0, 1.5))
-                    continue
-                if response.status >= 400 and not (path == "/run" and response.status == 500):
-                    raise GymClientError(response.status, await response.text())
-                async for raw in response.content:
-                    if raw.strip():
-                        yield json.loads(raw)
-                return
+                    async for raw in response.content:
+                        if raw.strip():
+                            yield json.loads(raw)
+                    return
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError):
+                if not idempotent or attempt == self._max_retries:
+                    raise
+                await asyncio.sleep(0.1 * 2**attempt * random.uniform(1.0, 1.5))
 
 
 def _chunks(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:

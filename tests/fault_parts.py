@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import uuid
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -18,6 +20,8 @@ from gym_serve import Environment, Task, tool
 
 class SlowConfig(BaseModel):
     delay_s: float = 0.02
+    marker_dir: str | None = None
+    """Where a hanging seed leaves `started-*` and, once cancelled, `cancelled-*` files (cancellation arrived)."""
 
 
 class CountTask(Task):
@@ -45,8 +49,18 @@ class SlowCounter(Environment):
 
     async def seed(self, task: CountTask) -> Count:
         if task.hang:
-            await asyncio.sleep(3600)
+            marker = uuid.uuid4().hex
+            self._mark("started", marker)
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self._mark("cancelled", marker)
+                raise
         return Count()
+
+    def _mark(self, what: str, marker: str) -> None:
+        if self.config.marker_dir is not None:
+            (Path(self.config.marker_dir) / f"{what}-{marker}").touch()
 
     async def verify(self, task: CountTask, response, state: Count) -> float:
         return 1.0 if state.count == task.bumps else 0.0

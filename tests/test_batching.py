@@ -81,3 +81,52 @@ async def test_max_size_bounds_each_request(max_size: int) -> None:
     batcher: MicroBatcher[int, int] = MicroBatcher(send, max_size=max_size)
     await asyncio.gather(*(batcher(i) for i in range(7)))
     assert max(sizes) == max_size and sum(sizes) == 7
+
+
+async def test_when_every_caller_gives_up_the_batch_is_cancelled_downstream() -> None:
+    started: list[int] = []
+    stopped: list[int] = []
+
+    async def work(i: int) -> int:
+        started.append(i)
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            stopped.append(i)
+            raise
+        return i
+
+    batcher: MicroBatcher[tuple[int], int] = MicroBatcher(lambda calls: stream_batch(work, calls))
+    callers = [asyncio.ensure_future(batcher((i,))) for i in range(3)]
+    await asyncio.sleep(0.05)
+    callers[0].cancel()
+    await asyncio.sleep(0.05)
+    assert started == [0, 1, 2] and stopped == [], "others still wait: the batch goes on"
+    for caller in callers[1:]:
+        caller.cancel()
+    await asyncio.sleep(0.05)
+    assert sorted(stopped) == [0, 1, 2]
+
+
+async def test_a_serve_style_reply_is_cancelled_when_abandoned() -> None:
+    class Reply:
+        """Stands in for a DeploymentResponseGenerator: an async iterator with `cancel()`."""
+
+        cancelled = False
+
+        def __aiter__(self) -> Reply:
+            return self
+
+        async def __anext__(self) -> list[tuple[int, Any]]:
+            await asyncio.sleep(3600)
+            raise StopAsyncIteration
+
+        def cancel(self) -> None:
+            Reply.cancelled = True
+
+    batcher: MicroBatcher[int, int] = MicroBatcher(lambda items: Reply())
+    caller = asyncio.ensure_future(batcher(1))
+    await asyncio.sleep(0.02)
+    caller.cancel()
+    await asyncio.sleep(0.02)
+    assert Reply.cancelled

@@ -1,14 +1,18 @@
-"""The HTTP ingress on a real Serve HTTP proxy: NeMo Gym's /run, streamed rollouts, the OpenAI endpoints, limits."""
+"""The HTTP ingress on a real Serve HTTP proxy: NeMo Gym's /run, streamed rollouts, the OpenAI endpoints, limits,
+deadlines, cancellation on disconnect, idempotent re-sends and /metrics."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -22,6 +26,7 @@ from gym_serve.client import GymClient, GymClientError
 from gym_serve.config import AppArgs
 
 from .conftest import example_rows
+from .fault_parts import build_bump_model, counting_rows
 
 pytestmark = pytest.mark.serve
 
@@ -151,3 +156,192 @@ def test_the_client_does_not_import_ray() -> None:
             "assert 'ray' not in [m.split('.')[0] for m in sys.modules if sys.modules[m] is not None]")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
+
+
+# ---- deadlines, cancellation, idempotency, metrics: a second ingress in front of an environment that can hang ----
+
+DEADLINE_S = 4.0
+SLOTS = 8
+
+
+@pytest.fixture(scope="module")
+def faulty(base_url: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """`/faulty`: an ingress with a short rollout deadline and 8 slots, over the counter env (rows may hang)."""
+    markers = tmp_path_factory.mktemp("markers")
+    serve.run(build_bump_model({"delay_s": 0.01}), name="bump_model", route_prefix=None)
+    serve.run(build_app(AppArgs.model_validate({
+        "environment": {"name": "tests.fault_parts:SlowCounter",
+                        "config": {"delay_s": 0.01, "marker_dir": str(markers)}},
+        "agent": {"call_timeout_s": 600}, "model": {"kind": "app", "app": "bump_model"},
+    })), name="counter", route_prefix=None)
+    serve.run(build_ingress({"agents": ["counter"], "default_agent": "counter", "max_in_flight": SLOTS,
+                             "rollout_timeout_s": DEADLINE_S}), name="faulty", route_prefix="/faulty")
+    return f"{base_url}/faulty", markers
+
+
+def marker_counts(markers: Path) -> tuple[int, int]:
+    return len(list(markers.glob("started-*"))), len(list(markers.glob("cancelled-*")))
+
+
+async def wait_until_cancelled_downstream(markers: Path, timeout_s: float = 20.0) -> tuple[int, int]:
+    """Wait until every hanging seed the environment started has been cancelled there."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        started, cancelled = marker_counts(markers)
+        if started and started == cancelled:
+            return started, cancelled
+        await asyncio.sleep(0.1)
+    return marker_counts(markers)
+
+
+async def scrape(url: str) -> dict[str, float]:
+    """`GET /metrics` as {series with labels (replica label dropped): value}."""
+    async with aiohttp.ClientSession(headers=AUTH) as session, session.get(f"{url}/metrics") as response:
+        assert response.status == 200 and response.content_type == "text/plain"
+        text = await response.text()
+    series = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            match = re.fullmatch(r"(\w+)\{(.*)\} (\S+)", line)
+            assert match, f"not a Prometheus sample line: {line!r}"
+            labels = [label for label in match[2].split(",") if not label.startswith("replica=")]
+            series[match[1] + (f"{{{','.join(labels)}}}" if labels else "")] = float(match[3])
+    return series
+
+
+async def test_a_hung_rollout_is_a_timeout_failure_on_run_and_rollouts(faulty: tuple[str, Path]) -> None:
+    url, markers = faulty
+    before = await scrape(url)
+    started = time.monotonic()
+    status, row, _ = await post(f"{url}/run", counting_rows(1, hang=True)[0])
+    took = time.monotonic() - started
+    assert status == 500 and row["_ng_failure_class"] == "timeout" and "deadline" in row["error"]
+    assert DEADLINE_S <= took < DEADLINE_S + 10, took
+    async with aiohttp.ClientSession(headers=AUTH) as session:
+        rows = [*counting_rows(2), *counting_rows(1, hang=True)]
+        async with session.post(f"{url}/v1/rollouts", json={"rows": rows}) as response:
+            lines = [json.loads(line) async for line in response.content if line.strip()]
+    assert sorted(r.get("_ng_failure_class", "ok") for r in lines) == ["ok", "ok", "timeout"]
+    assert [r["reward"] for r in lines if "reward" in r] == [1.0, 1.0]
+    started_seeds, cancelled_seeds = await wait_until_cancelled_downstream(markers)
+    assert started_seeds == cancelled_seeds >= 2, "the timed-out seeds were cancelled in the environment replica"
+    after = await scrape(url)
+    assert after['gym_serve_ingress_rollouts_total{outcome="timeout"}'] - before.get(
+        'gym_serve_ingress_rollouts_total{outcome="timeout"}', 0) == 2
+    assert after["gym_serve_ingress_rollout_seconds_count"] - before["gym_serve_ingress_rollout_seconds_count"] == 4
+    print(f"/run of a hung rollout: HTTP {status} after {took:.1f} s, class {row['_ng_failure_class']}")
+
+
+async def in_flight(url: str) -> int:
+    async with aiohttp.ClientSession(headers=AUTH) as session, session.get(f"{url}/v1/environments") as response:
+        return (await response.json())["in_flight"]
+
+
+async def test_a_client_that_goes_away_gives_its_slots_back_and_stops_the_work(faulty: tuple[str, Path]) -> None:
+    url, markers = faulty
+    before = await scrape(url)
+    seeds_before = marker_counts(markers)[0]
+    async with aiohttp.ClientSession(headers=AUTH) as session:
+        response = await session.post(f"{url}/v1/rollouts", json={"rows": counting_rows(SLOTS, hang=True)})
+        assert response.status == 200 and await in_flight(url) == SLOTS
+        status, body, headers = await post(f"{url}/v1/rollouts", {"rows": counting_rows(1)})
+        assert status == 429 and headers["Retry-After"] == "1", "all slots are taken by the hung batch"
+        while marker_counts(markers)[0] < seeds_before + SLOTS:  # every rollout reached the environment
+            await asyncio.sleep(0.05)
+        dropped_at = time.monotonic()
+        response.close()  # the trainer goes away mid-stream
+    while await in_flight(url) and time.monotonic() - dropped_at < DEADLINE_S:
+        await asyncio.sleep(0.05)
+    freed_after = time.monotonic() - dropped_at
+    assert await in_flight(url) == 0 and freed_after < DEADLINE_S, "freed by the disconnect, not by the deadline"
+    after = await scrape(url)
+    cancelled = 'gym_serve_ingress_rollouts_total{outcome="cancelled"}'
+    assert after[cancelled] - before.get(cancelled, 0) == SLOTS
+    started_seeds, cancelled_seeds = await wait_until_cancelled_downstream(markers)
+    assert started_seeds == cancelled_seeds, "the environment replica stopped the hung seeds"
+    status, lines, _ = await post(f"{url}/v1/rollouts", {"rows": counting_rows(SLOTS)})
+    assert status == 200 and len(lines.splitlines()) == SLOTS, "the freed slots take new work (no 429)"
+    print(f"disconnect: {SLOTS} slots back after {freed_after:.2f} s; environment cancelled "
+          f"{cancelled_seeds}/{started_seeds} hung seeds")
+
+
+async def test_an_idempotent_resend_replays_what_finished_and_runs_only_the_rest(faulty: tuple[str, Path]) -> None:
+    url, _ = faulty
+    body = {"rows": [*counting_rows(3), *counting_rows(1, hang=True)], "idempotency_key": "batch-7"}
+    async with aiohttp.ClientSession(headers=AUTH) as session:
+        response = await session.post(f"{url}/v1/rollouts", json=body)
+        assert response.status == 200 and response.headers["Idempotency-Replayed"] == "0"
+        first = [json.loads(await response.content.readline()) for _ in range(3)]  # the hung one never comes
+        status, conflict, headers = await post(f"{url}/v1/rollouts", body)
+        assert status == 409 and headers["Retry-After"] == "1" and "still running" in conflict["error"]
+        response.close()  # the connection drops
+        for _ in range(50):  # the ingress notices the drop a moment later; until then the key is busy (409)
+            again = await session.post(f"{url}/v1/rollouts", json=body)
+            if again.status != 409:
+                break
+            again.close()
+            await asyncio.sleep(0.1)
+        assert again.status == 200 and again.headers["Idempotency-Replayed"] == "3"
+        lines = [json.loads(line) async for line in again.content if line.strip()]
+    assert lines[:3] == first, "replayed rows are the very rows of the first run (timings included): not re-run"
+    assert len(lines) == 4 and lines[3]["_ng_failure_class"] == "timeout", "only the unfinished rollout ran again"
+    status, mismatch, _ = await post(f"{url}/v1/rollouts", {**body, "num_repeats": 2})
+    assert status == 422 and "different request body" in mismatch["error"]
+    assert (await scrape(url))["gym_serve_ingress_replayed_total"] >= 3
+
+
+async def cutting_proxy(upstream_port: int) -> tuple[asyncio.AbstractServer, int, list[int]]:
+    """A TCP proxy that cuts its first connection as soon as a rollout line has gone through it."""
+    connections: list[int] = []
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, cut: bool) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+                if cut and b"_ng_rollout_index" in data:
+                    break
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def handle(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", upstream_port)
+        cut = len(connections) == 1
+        await asyncio.gather(pipe(client_reader, up_writer, False), pipe(up_reader, client_writer, cut))
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], connections
+
+
+async def test_the_client_resends_after_a_dropped_connection_and_yields_each_rollout_once(
+    faulty: tuple[str, Path]
+) -> None:
+    url, _ = faulty
+    replayed_before = (await scrape(url))["gym_serve_ingress_replayed_total"]
+    port = int(url.split(":")[2].split("/")[0])
+    server, proxy_port, connections = await cutting_proxy(port)
+    async with server, GymClient(f"http://127.0.0.1:{proxy_port}/faulty", token=TOKEN) as client:
+        results = [r async for r in client.rollouts(counting_rows(3), num_repeats=2)]
+    assert len(connections) >= 2, "the first connection was cut and the client sent the batch again"
+    assert sorted((r["_ng_task_index"], r["_ng_rollout_index"]) for r in results) == [
+        (t, k) for t in range(3) for k in range(2)]
+    assert all(r["reward"] == 1.0 for r in results)
+    assert (await scrape(url))["gym_serve_ingress_replayed_total"] > replayed_before
+
+
+async def test_metrics_need_the_token_and_count_rejections(faulty: tuple[str, Path]) -> None:
+    url, _ = faulty
+    async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as response:
+        assert response.status == 401
+    status, _, _ = await post(f"{url}/run", counting_rows(1)[0])
+    assert status == 200
+    status, _, _ = await post(f"{url}/v1/rollouts", {"rows": counting_rows(SLOTS + 1)})
+    assert status == 429
+    series = await scrape(url)
+    assert series['gym_serve_ingress_rejected_total{reason="saturated"}'] >= 1
+    assert series["gym_serve_ingress_in_flight"] == 0
+    total = series["gym_serve_ingress_rollout_seconds_count"]
+    assert total > 0 and series['gym_serve_ingress_rollout_seconds_bucket{le="+Inf"}'] == total

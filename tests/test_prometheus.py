@@ -1,0 +1,32 @@
+"""The ingress's Prometheus text: well-formed samples, cumulative histogram buckets, escaped labels."""
+
+from __future__ import annotations
+
+import re
+
+from gym_serve.prometheus import BUCKETS, RolloutMetrics
+
+SAMPLE = re.compile(r'[a-z_]+(\{[a-z_]+="(?:[^"\\]|\\.)*"(,[a-z_]+="(?:[^"\\]|\\.)*")*\})? \S+')
+
+
+def test_samples_are_well_formed_and_the_histogram_is_cumulative() -> None:
+    in_flight = [3]
+    metrics = RolloutMetrics(lambda: in_flight[0], replica='r"1')
+    for seconds in (0.05, 0.3, 7.0, 2000.0):
+        metrics.finished("ok", seconds)
+    metrics.finished("timeout", 900.0)
+    metrics.finished("cancelled")
+    metrics.rejected("saturated")
+    metrics.replayed += 2
+    text = metrics.render()
+    samples = [line for line in text.splitlines() if not line.startswith("#")]
+    assert all(SAMPLE.fullmatch(line) for line in samples), [s for s in samples if not SAMPLE.fullmatch(s)]
+    assert 'gym_serve_ingress_in_flight{replica="r\\"1"} 3' in samples
+    assert 'gym_serve_ingress_rollouts_total{outcome="ok",replica="r\\"1"} 4' in samples
+    assert 'gym_serve_ingress_rollouts_total{outcome="cancelled",replica="r\\"1"} 1' in samples
+    buckets = [int(line.rsplit(" ", 1)[1]) for line in samples if "_bucket" in line]
+    assert len(buckets) == len(BUCKETS) and buckets == sorted(buckets), "cumulative"
+    assert buckets[0] == 1 and buckets[-1] == 5, "the cancelled rollout has no duration"
+    assert 'gym_serve_ingress_rollout_seconds_count{replica="r\\"1"} 5' in samples
+    assert 'gym_serve_ingress_replayed_total{replica="r\\"1"} 2' in samples
+    assert text.count("# TYPE") == 5
