@@ -29,7 +29,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -86,7 +86,7 @@ INSTRUCTIONS: dict[str, type[Instruction]] = {}
 """Instruction id → its class."""
 
 
-def _register(instruction_id: str):
+def _register(instruction_id: str) -> Callable[[type[Instruction]], type[Instruction]]:
     def decorate(cls: type[Instruction]) -> type[Instruction]:
         cls.instruction_id = instruction_id
         INSTRUCTIONS[instruction_id] = cls

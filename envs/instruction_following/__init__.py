@@ -46,6 +46,8 @@ class InstructionTask(Task):
 
 
 class InstructionFollowing(Environment):
+    """Single turn; the final message is checked against the row's instructions (see the module docstring)."""
+
     Task = InstructionTask
 
     async def verify(self, task: InstructionTask, response: Response, state: None) -> Verdict:

@@ -45,6 +45,8 @@ class ReasoningGymConfig(BaseModel):
 
 
 class ReasoningGym(Environment):
+    """Single turn; the answer is scored against the regenerated task (see the module docstring)."""
+
     Task = ReasoningGymTask
     Config = ReasoningGymConfig
     answer_key = "extracted_answer"
