@@ -82,6 +82,14 @@ def _parser() -> argparse.ArgumentParser:
     group.add_argument("--config", help="a Serve config: each row's agent_ref.name names its application")
     rev.set_defaults(func=cmd_reverify)
 
+    env = sub.add_parser("env", help="work on an environment").add_subparsers(required=True, metavar="ACTION")
+    env_test = env.add_parser("test", help="check an environment: its data, recordings, and every row through Serve")
+    env_test.add_argument("names", nargs="+", metavar="NAME", help="environments under envs/ (or module:Class)")
+    env_test.add_argument("--verify-budget", type=float,
+                          help="seconds one verify call may take (default: the environment's `verify_budget_s`)")
+    env_test.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a new local one)")
+    env_test.set_defaults(func=cmd_env_test)
+
     bench = sub.add_parser("bench", help="run a benchmark of benchmarks/ (in a source checkout)")
     bench.add_argument("name", help="throughput, autoscaling, scale_out, memory, verifiers, model_tier")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="the benchmark's own options (see NAME --help)")
@@ -172,6 +180,22 @@ def cmd_reverify(args: argparse.Namespace) -> int:
               f"{change['before']} -> {change['after']}")
     print(f"wrote {result['output']}")
     return 0
+
+
+def cmd_env_test(args: argparse.Namespace) -> int:
+    from gym_serve.env_check import check_environment
+
+    failed = []
+    for name in args.names:
+        print(f"Checking {name}: example data, recordings, then every row through Serve (replay model)...")
+        report = check_environment(name, verify_budget_s=args.verify_budget, address=args.address)
+        print(report.render() + "\n")
+        if not report.ok:
+            failed.append(name)
+    if len(args.names) > 1:
+        print(f"{len(args.names) - len(failed)}/{len(args.names)} environments pass" +
+              (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

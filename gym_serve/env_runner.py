@@ -118,7 +118,7 @@ class EnvRunner:
         try:
             return self.env.Task.model_validate(row)
         except ValidationError as e:
-            problems = "; ".join(f"`{'.'.join(map(str, err['loc']))}`: {err['msg']}" for err in e.errors())
+            problems = "; ".join(f"`{'.'.join(map(str, err['loc'])) or '(row)'}`: {err['msg']}" for err in e.errors())
             raise EnvError(f"row does not fit `{type(self.env).name()}`'s task fields: {problems}") from e
 
     def _load_state(self, state: State) -> BaseModel | None:

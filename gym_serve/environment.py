@@ -85,6 +85,8 @@ class Environment:
     Task: ClassVar[type[Task]] = Task
     State: ClassVar[type[BaseModel] | None] = None
     Config: ClassVar[type[BaseModel]] = NoConfig
+    verify_budget_s: ClassVar[float] = 2.0
+    """How long `verify` may take on a worst-case answer; `gym-serve env test` holds every example to it."""
     answer_key: ClassVar[str | None] = None
     """A verify field holding the model's extracted answer; when set, profiles report majority@k over it."""
     execute_tool_calls: ClassVar[bool] = True

@@ -37,6 +37,7 @@ class CodeConfig(BaseModel):
 
 class CodeGeneration(Environment):
     Task = CodeTask
+    verify_budget_s = 15.0  # hostile code runs until the sandbox's wall limit (10 s by default), plus start-up
     Config = CodeConfig
 
     async def verify(self, task: CodeTask, response: Response, state: None) -> Verdict:

@@ -1,0 +1,200 @@
+"""`gym-serve env test NAME`: does an environment hold together, the way a contributor needs to know?
+
+1. Its `data/example.jsonl` parses, every row has `responses_create_params.input`
+   and fits the environment's `Task` fields (line numbers on every problem).
+2. Its `data/example_rollouts.jsonl` (the replay recordings) parses, and every
+   example row has a recorded right answer and a recorded wrong one (a lower reward).
+3. Every row runs end to end through real deployments: the environment's own
+   Serve config (`deployments/<name>.yaml`, helper applications such as a judge
+   included) is deployed twice, with the replay model playing the right answers
+   (`error_rate: 0`) and the wrong ones (`error_rate: 1`). Each rollout must score
+   the reward its recording says, and its verify call must finish within the budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from gym_serve.config import BUILDER, AppSpec, load_serve_config
+from gym_serve.errors import InputError
+from gym_serve.jsonl import read_jsonl, scan_jsonl
+from gym_serve.registry import load_environment_class
+from gym_serve.replay import _conversation, _prompt, conversation_key
+
+__all__ = ["EnvReport", "check_environment"]
+
+MIN_ROWS = 5
+
+
+@dataclass
+class RowResult:
+    line: int
+    expected_right: float | None
+    expected_wrong: float | None
+    right: float | None = None
+    wrong: float | None = None
+    verify_s: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class EnvReport:
+    name: str
+    problems: list[str] = field(default_factory=list)
+    rows: list[RowResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(not r.problems for r in self.rows)
+
+    def render(self) -> str:
+        lines = [f"{'line':>4}  {'right':>11}  {'wrong':>11}  {'verify ms':>9}  result"]
+        for r in self.rows:
+            right = f"{_fmt(r.right)} ({_fmt(r.expected_right)})"
+            wrong = f"{_fmt(r.wrong)} ({_fmt(r.expected_wrong)})"
+            verdict = "ok" if not r.problems else "FAIL: " + "; ".join(r.problems)
+            lines.append(f"{r.line:>4}  {right:>11}  {wrong:>11}  {1000 * r.verify_s:>9.1f}  {verdict}")
+        lines += [f"problem: {p}" for p in self.problems]
+        passed = sum(not r.problems for r in self.rows)
+        lines.append(f"{self.name}: {passed}/{len(self.rows)} rows pass (reward got (recorded))"
+                     + ("" if self.ok else f", {len(self.problems)} other problem(s)") + (" OK" if self.ok else " FAILED"))
+        return "\n".join(lines)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def check_environment(name: str, *, verify_budget_s: float | None = None, rollout_timeout_s: float = 120.0,
+                     address: str | None = None) -> EnvReport:
+    """Run every check on environment `name`; Ray and Serve are started (or joined at `address`) for step 3.
+
+    `verify_budget_s` defaults to the environment's own `verify_budget_s`.
+    """
+    cls = load_environment_class(name)
+    verify_budget_s = verify_budget_s if verify_budget_s is not None else cls.verify_budget_s
+    report = EnvReport(name)
+    rows = _check_rows(cls, report)
+    expected = _recorded_rewards(cls, report)
+    for line, row in rows:
+        right, wrong = expected.get(_prompt_key(row), (None, None))
+        result = RowResult(line, right, wrong)
+        if right is None:
+            result.problems.append("no recording for this row")
+        elif wrong is None:
+            result.problems.append("no recorded wrong answer (a lower reward) for this row")
+        report.rows.append(result)
+    if rows and not report.problems:
+        asyncio.run(_through_serve(name, rows, report, verify_budget_s, rollout_timeout_s, address))
+    return report
+
+
+def _check_rows(cls: type, report: EnvReport) -> list[tuple[int, dict[str, Any]]]:
+    path = cls.data_dir() / "example.jsonl"
+    if not path.is_file():
+        report.problems.append(f"{path}: missing")
+        return []
+    rows = []
+    for line, row, error in scan_jsonl(path):
+        if error is not None:
+            report.problems.append(str(error))
+            continue
+        assert row is not None
+        params = row.get("responses_create_params")
+        if not isinstance(params, dict) or not isinstance(params.get("input"), str | list):
+            report.problems.append(f"{path}, line {line}: needs `responses_create_params.input` (a string or list)")
+            continue
+        try:
+            cls.Task.model_validate(row)
+        except ValidationError as e:
+            err = e.errors()[0]
+            report.problems.append(f"{path}, line {line}, field `{'.'.join(map(str, err['loc']))}`: {err['msg']}")
+            continue
+        rows.append((line, row))
+    if len(rows) < MIN_ROWS:
+        report.problems.append(f"{path}: {len(rows)} valid rows; an environment ships at least {MIN_ROWS}")
+    return rows
+
+
+def _prompt_key(row: dict[str, Any]) -> str:
+    return conversation_key(_prompt(_conversation(row["responses_create_params"])))
+
+
+def _recorded_rewards(cls: type, report: EnvReport) -> dict[str, tuple[float, float | None]]:
+    """Prompt key → (best recorded reward, worst recorded reward below it, or None)."""
+    path = cls.data_dir() / "example_rollouts.jsonl"
+    rewards: dict[str, list[float]] = defaultdict(list)
+    try:
+        for line, row in read_jsonl(path):
+            try:
+                rewards[_prompt_key(row)].append(float(row["reward"]))
+            except (KeyError, TypeError, ValueError) as e:
+                report.problems.append(f"{path}, line {line}: not a recorded rollout ({type(e).__name__}: {e})")
+    except InputError as e:
+        report.problems.append(str(e))
+    return {key: (max(r), min(r) if min(r) < max(r) else None) for key, r in rewards.items()}
+
+
+def _specs(name: str) -> tuple[list[AppSpec], str]:
+    """The environment's own Serve config (helper apps included), or a plain one, and the env app's name."""
+    config = resources.files("deployments") / f"{name}.yaml"
+    if config.is_file():
+        specs = load_serve_config(Path(str(config)))
+        env_apps = [s for s in specs if s.import_path == BUILDER and (s.args.get("environment") or {}).get("name") == name]
+        if len(env_apps) == 1:
+            return specs, env_apps[0].name
+    spec = AppSpec(name=name, import_path=BUILDER, args={"environment": {"name": name}})
+    return [spec], name
+
+
+def _variant(spec: AppSpec, suffix: str, error_rate: float) -> AppSpec:
+    """The env app with the replay model of its own recordings at `error_rate`, under a name of its own."""
+    args = {**spec.args, "model": {"kind": "replay", "error_rate": error_rate}}
+    return spec.model_copy(update={"name": f"{spec.name}-{suffix}", "route_prefix": None, "args": args})
+
+
+async def _through_serve(name: str, rows: list[tuple[int, dict[str, Any]]], report: EnvReport,
+                         verify_budget_s: float, rollout_timeout_s: float, address: str | None) -> None:
+    from ray import serve
+
+    from gym_serve import serving
+
+    specs, env_app = _specs(name)
+    helpers = [s.model_copy(update={"route_prefix": None}) for s in specs if s.name != env_app]
+    env_spec = next(s for s in specs if s.name == env_app)
+    right, wrong = _variant(env_spec, "right", 0.0), _variant(env_spec, "wrong", 1.0)
+    serving.connect(address)
+    serving.deploy([*helpers, right, wrong], source=f"deployments/{name}.yaml")
+    try:
+        for variant, attr in ((right, "right"), (wrong, "wrong")):
+            handle = serve.get_app_handle(variant.name)
+            results = await asyncio.gather(
+                *(asyncio.wait_for(handle.run.remote(row), rollout_timeout_s) for _, row in rows),
+                return_exceptions=True)
+            for result_row, outcome in zip(report.rows, results, strict=True):
+                _score(result_row, attr, outcome, verify_budget_s)
+    finally:
+        for spec in (right, wrong, *helpers):
+            serve.delete(spec.name)
+
+
+def _score(result: RowResult, attr: str, outcome: Any, verify_budget_s: float) -> None:
+    if isinstance(outcome, BaseException):
+        result.problems.append(f"{attr} rollout failed: {type(outcome).__name__}: {outcome}")
+        return
+    reward = float(outcome["reward"])
+    setattr(result, attr, reward)
+    expected = result.expected_right if attr == "right" else result.expected_wrong
+    if expected is not None and reward != expected:
+        result.problems.append(f"{attr} answer scored {reward:g}, its recording {expected:g}")
+    verify_s = float(outcome.get("_gs_timings", {}).get("verify_s", 0.0))
+    result.verify_s = max(result.verify_s, verify_s)
+    if verify_s > verify_budget_s:
+        result.problems.append(f"verify took {verify_s:.2f} s (budget {verify_budget_s:g} s)")
