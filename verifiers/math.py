@@ -70,7 +70,9 @@ class _Workers:
 
     Workers come from a fork server, never from forking the caller: a Serve
     replica (or any process that has started Ray) runs gRPC threads, and a
-    child forked from it can die on their locks.
+    child forked from it can die on their locks. The server preloads
+    `math_verify` (so a replacement worker starts fast) and not the caller's
+    `__main__`, which multiprocessing would otherwise re-import there.
     """
 
     def __init__(self) -> None:
@@ -78,7 +80,9 @@ class _Workers:
 
     def pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("forkserver"))
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(["math_verify"])
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
         return self._pool
 
     def reset(self) -> None:
