@@ -117,8 +117,8 @@ class StepLog(BaseModel):
     sequences: int
     trained_tokens: int
     masked_tokens: int
-    loss: float = Field(description="The first update's loss: at ratio 1 it is minus the token-mean advantage, about 0 "
-                                    "when replies are equally long (advantages sum to 0 in a group); the gradient is not.")
+    loss: float = Field(description="The first update's loss. At ratio 1 it is minus the token-mean advantage: "
+                        "about 0 when replies are equally long, as a group's advantages sum to 0.")
     logprob_diff_max: float = Field(description="max |logprob_trainer - logprob_sampler| before the update.")
     logprob_diff_mean: float
     update_norm: float = Field(description="L2 norm of the parameter change the step made.")
