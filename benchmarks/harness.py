@@ -34,12 +34,8 @@ ZERO_CPU = {"ray_actor_options": {"num_cpus": 0}}
 
 # ---- cluster and applications -------------------------------------------------------------------------------
 
-def start(*, metric_push_interval_s: float | None = None) -> None:
-    """A local Ray instance with Serve (no HTTP proxy). Push intervals must be set before `ray.init`."""
-    if metric_push_interval_s is not None:
-        for var in ("RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S",
-                    "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S"):
-            os.environ[var] = str(metric_push_interval_s)
+def start() -> None:
+    """A local Ray instance with Serve (no HTTP proxy)."""
     serving.connect("local")
     serve.start(proxy_location="Disabled")
 
@@ -217,13 +213,25 @@ def machine() -> str:
             f"Python {platform.python_version()}, Ray {ray.__version__}")
 
 
+def cpu_calibration_s() -> float:
+    """Seconds one core takes for 10M iterations of a plain Python loop: compare results across machines by it.
+
+    (Machines of the same nominal kind differ: this project's 2-core VMs measured 0.45-1.25 s.)
+    """
+    started = time.perf_counter()
+    total = 0
+    for i in range(10_000_000):
+        total += i
+    return time.perf_counter() - started
+
+
 def write_result(name: str, document: dict[str, Any]) -> Path:
     """`results/<name>-<date>.json`; returns the path without suffix, for the PNGs beside it."""
     stamp = datetime.now()
     RESULTS.mkdir(exist_ok=True)
     base = RESULTS / f"{name}-{stamp:%Y%m%d-%H%M%S}"
     document = {"benchmark": name, "date": stamp.isoformat(timespec="seconds"), "machine": machine(),
-                "load_average_at_end": os.getloadavg(), **document}
+                "cpu_calibration_s": cpu_calibration_s(), "load_average_at_end": os.getloadavg(), **document}
     base.with_suffix(".json").write_text(json.dumps(document, indent=2))
     return base
 

@@ -1,8 +1,9 @@
 """Scale-out efficiency: rollouts/s as replicas (or driver actors) are added, against the ideal N × one's.
 
-1. `io_verifier`: verification waits 0.2 s on I/O and a replica holds 4 at once
-   (20 rollouts/s each); Environment replicas 1, 2, 4, 8 (`num_cpus: 0`).
-   Target: rate(N) >= 0.8 × N × rate(1).
+1. `io_verifier`: verification waits 0.5 s on I/O and a replica holds 2 at once
+   (4 rollouts/s each); Environment replicas 1, 2, 4, 8 (`num_cpus: 0`).
+   Target: rate(N) >= 0.8 × N × rate(1). (Small rates on purpose: at 8 replicas
+   the system must stay under this 2-core machine's CPU, see autoscaling.py.)
 2. `cpu_verifier`: verification burns 20 ms of CPU in one worker thread per
    replica; 1 vs 2 replicas on this 2-core machine (the other tiers need CPU
    too, so 2 is the honest ceiling here; on N nodes each node adds its cores).
@@ -30,7 +31,7 @@ from ray import serve
 
 import harness
 
-IO_LATENCY_S, IO_SLOTS, CPU_MS = 0.2, 4, 20.0
+IO_LATENCY_S, IO_SLOTS, CPU_MS = 0.5, 2, 20.0
 
 
 def collect_rate(work: Path, app: str, n: int, concurrency: int) -> float:

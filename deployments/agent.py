@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ray import serve
@@ -15,8 +16,14 @@ from starlette.responses import JSONResponse
 from gym_serve.agent import AgentConfig, run_episode
 from gym_serve.autoscaling import Load
 from gym_serve.batching import MicroBatcher, stream_batch
+from gym_serve.replica_count import replica_counts
 
 DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": 0}}
+
+
+def _replicas_of(handle: DeploymentHandle) -> Callable[[], int]:
+    """The running replicas of the handle's deployment: a micro-batch is split into that many requests."""
+    return functools.partial(replica_counts.of, handle.app_name, handle.deployment_name)
 
 
 class _HandleModel:
@@ -44,7 +51,7 @@ class _HandleModel:
             try:
                 async for _ in batch.remote([]):
                     pass
-                self._batched = MicroBatcher(lambda calls: batch.remote(calls))
+                self._batched = MicroBatcher(lambda calls: batch.remote(calls), parts=_replicas_of(self._handle))
                 self._can_batch = True
             except Exception:
                 self._can_batch = False
@@ -56,10 +63,11 @@ class _HandleEnv:
     def __init__(self, handle: DeploymentHandle) -> None:
         self.describe = handle.describe
         send = handle.options(stream=True).batch.remote
-        self._seed = MicroBatcher(lambda calls: send("seed", calls))
-        self._call_tools = MicroBatcher(lambda calls: send("call_tools", calls))
-        self._user_turn = MicroBatcher(lambda calls: send("user_turn", calls))
-        self._verify = MicroBatcher(lambda calls: send("verify", calls))
+        parts = _replicas_of(handle)
+        self._seed = MicroBatcher(lambda calls: send("seed", calls), parts=parts)
+        self._call_tools = MicroBatcher(lambda calls: send("call_tools", calls), parts=parts)
+        self._user_turn = MicroBatcher(lambda calls: send("user_turn", calls), parts=parts)
+        self._verify = MicroBatcher(lambda calls: send("verify", calls), parts=parts)
 
     async def seed(self, row: dict[str, Any]) -> Any:
         return await self._seed((row,))

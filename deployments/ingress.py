@@ -32,6 +32,7 @@ per replica).
 """
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import json
@@ -51,6 +52,7 @@ from gym_serve.conversion import chat_request_to_responses, responses_response_t
 from gym_serve.failures import RETRYABLE, classify
 from gym_serve.idempotency import IdempotencyCache, IdempotencyConflict, IdempotencyMismatch
 from gym_serve.prometheus import RolloutMetrics
+from gym_serve.replica_count import replica_counts
 
 __all__ = ["IngressArgs", "build_ingress"]
 
@@ -227,7 +229,9 @@ class Ingress:
         batcher = self._batchers.get(agent)
         if batcher is None:
             run_batch = serve.get_app_handle(agent).options(stream=True).run_batch
-            batcher = self._batchers[agent] = MicroBatcher(lambda rows: run_batch.remote(rows), max_size=32)
+            batcher = self._batchers[agent] = MicroBatcher(
+                lambda rows: run_batch.remote(rows), max_size=32,
+                parts=functools.partial(replica_counts.of, agent, "Agent"))
         started = time.perf_counter()
         attempt = 0
         try:

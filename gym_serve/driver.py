@@ -17,6 +17,7 @@ disk (`gym_serve.resume`) without running a finished key again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
 import time
@@ -33,6 +34,7 @@ from gym_serve.errors import InputError
 from gym_serve.failures import RETRYABLE, classify
 from gym_serve.jsonl import JsonlWriter
 from gym_serve.materialize import CollectJob, Key, materialize, rollout_key, sibling_path
+from gym_serve.replica_count import replica_counts
 from gym_serve.resume import Progress, load_progress
 from gym_serve.window import AdaptiveWindow
 
@@ -281,5 +283,7 @@ class RolloutDriver:
             from ray import serve
 
             run_batch = serve.get_app_handle(agent).options(stream=True).run_batch
-            batcher = self._batchers[agent] = MicroBatcher(lambda rows: run_batch.remote(rows), max_size=32)
+            batcher = self._batchers[agent] = MicroBatcher(
+                lambda rows: run_batch.remote(rows), max_size=32,
+                parts=functools.partial(replica_counts.of, agent, "Agent"))
         return await batcher(row)

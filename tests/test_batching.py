@@ -130,3 +130,20 @@ async def test_a_serve_style_reply_is_cancelled_when_abandoned() -> None:
     caller.cancel()
     await asyncio.sleep(0.02)
     assert Reply.cancelled
+
+
+async def test_a_turn_is_split_into_one_request_per_replica() -> None:
+    sent: list[list[int]] = []
+    replicas = 3
+
+    async def send(items: list[int]) -> list[int]:
+        sent.append(items)
+        return [i * 10 for i in items]
+
+    batcher = MicroBatcher(send, parts=lambda: replicas)
+    assert await asyncio.gather(*(batcher(i) for i in range(7))) == [i * 10 for i in range(7)]
+    assert sorted(len(part) for part in sent) == [2, 2, 3] and sorted(sum(sent, [])) == list(range(7))
+    sent.clear()
+    replicas = 8  # more replicas than calls: one call per request, no empty requests
+    await asyncio.gather(*(batcher(i) for i in range(3)))
+    assert sorted(map(len, sent)) == [1, 1, 1]

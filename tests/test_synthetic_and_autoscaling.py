@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import statistics
 import time
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -103,41 +101,19 @@ def test_batched_tiers_get_the_policy_unless_they_name_one() -> None:
     mine = DeploymentOptions(autoscaling_config={"max_replicas": 4}, num_replicas=2)
     options = mine.serve_options({"max_ongoing_requests": 256}, BATCHED_TIER_AUTOSCALING)
     assert options["autoscaling_config"]["policy"] == BATCHED_TIER_AUTOSCALING["policy"]
+    assert options["autoscaling_config"]["metrics_interval_s"] == 1.0
     assert "num_replicas" not in options and options["autoscaling_config"]["max_replicas"] == 4
     own = {"policy_function": "my.module:policy"}
-    theirs = DeploymentOptions(autoscaling_config={"policy": own}).serve_options({}, BATCHED_TIER_AUTOSCALING)
-    assert theirs["autoscaling_config"]["policy"] == own
+    theirs = DeploymentOptions(autoscaling_config={"policy": own, "metrics_interval_s": 5.0}).serve_options(
+        {}, BATCHED_TIER_AUTOSCALING)
+    assert theirs["autoscaling_config"]["policy"] == own and theirs["autoscaling_config"]["metrics_interval_s"] == 5.0
     assert "autoscaling_config" not in DeploymentOptions().serve_options({}, BATCHED_TIER_AUTOSCALING)
 
 
 # ---- real Serve -------------------------------------------------------------------------------------------
 
 FAST_AUTOSCALING = {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 2, "upscale_delay_s": 0,
-                    "downscale_delay_s": 2, "look_back_period_s": 1}
-
-
-@pytest.fixture(scope="module")
-def fast_metrics_serve() -> Iterator[None]:
-    """Ray + Serve with autoscaling metrics pushed every 0.5 s (set before `ray.init`, so replicas inherit them)."""
-    import ray
-    from ray import serve
-
-    saved = {k: os.environ.get(k) for k in _PUSH_INTERVALS}
-    os.environ.update(dict.fromkeys(_PUSH_INTERVALS, "0.5"))
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
-    serve.start(proxy_location="Disabled")
-    yield
-    serve.shutdown()
-    ray.shutdown()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-
-
-_PUSH_INTERVALS = ("RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S",
-                   "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S")
+                    "downscale_delay_s": 2, "look_back_period_s": 1, "metrics_interval_s": 0.5}
 
 
 def _deploy(env_config: dict[str, Any], model: dict[str, Any]) -> tuple[Any, str]:
@@ -167,7 +143,7 @@ def _replicas(app: str) -> dict[str, int]:
 
 @pytest.mark.serve
 @pytest.mark.timeout(240)
-async def test_synthetic_model_adds_its_latency_and_payload(fast_metrics_serve: None) -> None:
+async def test_synthetic_model_adds_its_latency_and_payload(serve_instance: None) -> None:
     from ray import serve
 
     handle, app = _deploy({}, {"kind": "synthetic", "latency": {"mean_s": 0.25}, "output_tokens": 50,
@@ -185,7 +161,7 @@ async def test_synthetic_model_adds_its_latency_and_payload(fast_metrics_serve: 
 
 @pytest.mark.serve
 @pytest.mark.timeout(240)
-async def test_a_slow_verifier_tier_scales_up_alone_and_back_down(fast_metrics_serve: None) -> None:
+async def test_a_slow_verifier_tier_scales_up_alone_and_back_down(serve_instance: None) -> None:
     """Verification is slow and each replica verifies 2 at once: the Environment tier grows, the Model does not."""
     from ray import serve
 
