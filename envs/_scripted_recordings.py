@@ -9,54 +9,36 @@ and the script checks each recording scored the reward it was meant to (1.0 /
     python -m envs._scripted_recordings code_generation text_to_sql llm_judge_qa \
         math_with_tools grid_world simulated_user workplace
 """
-import asyncio, json, sys
-from gym_serve import run_local
-from gym_serve.registry import load_environment_class
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+from envs._recording import Example, call, message, record
 from gym_serve.env_runner import EnvRunner
+from gym_serve.registry import load_environment_class
 from verifiers.llm_judge import build_judge_request
 
-def msg(text, i="m"):
-    return {"type": "message", "id": f"msg_{i}", "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}
 
-def call(name, args, cid):
-    return {"type": "function_call", "id": f"fc_{cid}", "call_id": cid, "name": name,
-            "arguments": json.dumps(args, separators=(",", ":")), "status": "completed"}
-
-class Scripted:
-    def __init__(self, turns): self.turns = list(turns)
-    async def responses(self, request, session=None):
-        out = self.turns.pop(0) if self.turns else [msg("(script ended)")]
-        return {"id": "resp_recorded", "object": "response", "model": "recorded", "status": "completed", "output": out}
-
-def row_for(env_cls, prompt, tools, **fields):
-    params = {"input": [{"role": "user", "content": prompt}]}
+def row_for(env_cls: type | None, prompt: str, tools: bool, **fields: Any) -> dict[str, Any]:
+    """An input row: the prompt, the environment's tool schemas when `tools`, and the task fields."""
+    params: dict[str, Any] = {"input": [{"role": "user", "content": prompt}]}
     if tools:
+        assert env_cls is not None
         params["tools"] = EnvRunner(env_cls()).describe()["tools"]
     return {"responses_create_params": params, **fields}
 
-async def record(name, items, config=None):
-    """items: list of (row, [correct turns], [wrong turns])"""
-    cls = load_environment_class(name)
-    data = cls.data_dir()
-    rows, recs = [], []
-    for row, good, bad in items:
-        rows.append(row)
-        for turns, want in ((good, 1.0), (bad, 0.0)):
-            r = await run_local(row, cls(config), Scripted(turns))
-            assert r["reward"] == want, (name, row, r["reward"], r["response"]["output"][-3:])
-            rec = {**row, "response": {"id": "resp_recorded", "object": "response", "model": "recorded",
-                                       "status": "completed", "output": r["response"]["output"]}, "reward": r["reward"]}
-            recs.append(rec)
-    (data / "example.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (data / "example_rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    print(name, len(rows), "rows", len(recs), "recordings")
 
-def fence(lang, code): return f"```{lang}\n{code}\n```"
+def fence(lang: str, code: str) -> str:
+    return f"```{lang}\n{code}\n```"
 
-async def code_generation():
+
+async def code_generation() -> None:
     P = "Write a Python solution. Put the code in one ```python block."
-    items = []
+    items: list[Example] = []
     probs = [
         ("Write a function add(a, b) that returns the sum of a and b.", {"tests": ["assert add(1, 2) == 3", "assert add(-5, 5) == 0", "assert add(10, 32) == 42"]},
          "def add(a, b):\n    return a + b", "def add(a, b):\n    return a - b"),
@@ -75,11 +57,12 @@ async def code_generation():
     ]
     for i, (q, fields, good, bad) in enumerate(probs):
         row = row_for(None, f"{q}\n{P}", False, **fields)
-        items.append((row, [[msg("Here is my solution:\n" + fence("python", good), f"c{i}a")]],
-                      [[msg("Here is my solution:\n" + fence("python", bad), f"c{i}b")]]))
-    await record("code_generation", items)
+        items.append((row, [[message("Here is my solution:\n" + fence("python", good), f"c{i}a")]],
+                      [[message("Here is my solution:\n" + fence("python", bad), f"c{i}b")]]))
+    await record(load_environment_class("code_generation"), items)
 
-async def text_to_sql():
+
+async def text_to_sql() -> None:
     schema = ("Tables: customers(id, name, city); products(id, name, category, price); "
               "orders(id, customer_id, product_id, quantity, order_date).")
     qs = [
@@ -94,13 +77,14 @@ async def text_to_sql():
         ("Which products were never ordered? Return their names.", "SELECT name FROM products WHERE id NOT IN (SELECT product_id FROM orders)", False,
          "SELECT p.name FROM products p LEFT JOIN orders o ON o.product_id = p.id WHERE o.id IS NULL", "SELECT name FROM products"),
     ]
-    items = []
+    items: list[Example] = []
     for i, (q, ref, ordered, good, bad) in enumerate(qs):
         row = row_for(None, f"{schema}\n{q}\nAnswer with one SQLite query in a ```sql block.", False, expected_sql=ref, ordered=ordered)
-        items.append((row, [[msg(fence("sql", good), f"s{i}a")]], [[msg(fence("sql", bad), f"s{i}b")]]))
-    await record("text_to_sql", items)
+        items.append((row, [[message(fence("sql", good), f"s{i}a")]], [[message(fence("sql", bad), f"s{i}b")]]))
+    await record(load_environment_class("text_to_sql"), items)
 
-async def llm_judge_qa():
+
+async def llm_judge_qa() -> None:
     qs = [
         ("What is the capital of Australia?", "Canberra", "The capital of Australia is Canberra.", "Sydney is the capital."),
         ("Who wrote 'Pride and Prejudice'?", "Jane Austen", "It was written by Jane Austen.", "Charlotte Bronte wrote it."),
@@ -109,20 +93,21 @@ async def llm_judge_qa():
         ("What is the boiling point of water at sea level in Celsius?", "100 degrees Celsius", "It boils at 100 °C.", "About 90 °C."),
     ]
     judge_rows = []
-    items = []
+    items: list[Example] = []
     for i, (q, ref, good, bad) in enumerate(qs):
         row = row_for(None, q, False, question=q, expected_answer=ref)
         for ans, eq in ((good, True), (bad, False), ("I'm not sure.", False)):
             req = build_judge_request(q, ref, ans)
             verdict = "EQUIVALENT" if eq else "NOT_EQUIVALENT"
             reason = "The candidate gives the same answer as the reference." if eq else "The candidate's answer differs from the reference."
-            judge_rows.append({"responses_create_params": req, "response": {"output": [msg(f"{reason}\nVERDICT: {verdict}", f"j{i}{int(eq)}")]}, "reward": 1.0})
-        items.append((row, [[msg(good, f"q{i}a")]], [[msg(bad, f"q{i}b")]]))
+            judge_rows.append({"responses_create_params": req, "response": {"output": [message(f"{reason}\nVERDICT: {verdict}", f"j{i}{int(eq)}")]}, "reward": 1.0})
+        items.append((row, [[message(good, f"q{i}a")]], [[message(bad, f"q{i}b")]]))
     cls = load_environment_class("llm_judge_qa")
     (cls.data_dir() / "judge_recordings.jsonl").write_text("".join(json.dumps(r) + "\n" for r in judge_rows))
-    await record("llm_judge_qa", items, {"judge_recordings": ["judge_recordings.jsonl"]})
+    await record(load_environment_class("llm_judge_qa"), items, {"judge_recordings": ["judge_recordings.jsonl"]})
 
-async def math_with_tools():
+
+async def math_with_tools() -> None:
     qs = [
         ("A shop sells 17 boxes of 23 apples and then 48 more apples. How many apples in total?", "439",
          ["print(17 * 23)", "print(391 + 48)"], "439", "429"),
@@ -135,16 +120,17 @@ async def math_with_tools():
         ("What is 2 to the power 40, divided by 1024?", "1073741824",
          ["print(2 ** 40)", "print(1099511627776 // 1024)"], "1073741824", "1048576"),
     ]
-    items = []
+    items: list[Example] = []
     for i, (q, ans, codes, good, bad) in enumerate(qs):
         row = row_for(load_environment_class("math_with_tools"), q + " Use the python tool, then give the final answer as \\boxed{}.", True, expected_answer=ans)
         def turns(final, tag):
             t = [[call("python", {"code": c}, f"call_m{i}{tag}{k}")] for k, c in enumerate(codes)]
-            return t + [[msg(f"The answer is \\boxed{{{final}}}.", f"m{i}{tag}")]]
+            return t + [[message(f"The answer is \\boxed{{{final}}}.", f"m{i}{tag}")]]
         items.append((row, turns(good, "a"), turns(bad, "b")))
-    await record("math_with_tools", items)
+    await record(load_environment_class("math_with_tools"), items)
 
-async def grid_world():
+
+async def grid_world() -> None:
     grids = [
         (["S.G"], ["right", "right"], ["left", "left", "left"]),
         (["S#.", "..G"], ["down", "right", "right"], ["right", "right", "up"]),
@@ -152,17 +138,18 @@ async def grid_world():
         ([".S.", ".#.", ".G."], ["left", "down", "down", "right"], ["down", "down"]),
         (["S.#G", "...."], ["down", "right", "right", "right", "up"], ["right", "right", "right"]),
     ]
-    items = []
+    items: list[Example] = []
     for i, (grid, good, bad) in enumerate(grids):
         prompt = ("You are the agent A on a grid (# walls, G goal). Each turn reply with one move: up, down, left or right.\n"
                   + "\n".join(grid).replace("S", "A"))
         row = row_for(None, prompt, False, grid=grid, max_moves=len(bad) if len(bad) < len(good) else 12)
         row["max_moves"] = max(len(good), 3)
-        items.append((row, [[msg(f"I move {m}.", f"g{i}a{k}")] for k, m in enumerate(good)],
-                      [[msg(f"I move {m}.", f"g{i}b{k}")] for k, m in enumerate(bad)]))
-    await record("grid_world", items)
+        items.append((row, [[message(f"I move {m}.", f"g{i}a{k}")] for k, m in enumerate(good)],
+                      [[message(f"I move {m}.", f"g{i}b{k}")] for k, m in enumerate(bad)]))
+    await record(load_environment_class("grid_world"), items)
 
-async def simulated_user():
+
+async def simulated_user() -> None:
     cases = [
         ("My package never arrived and I want my money back.", {"order": "The order number is A-1001.", "email": "My email is jo@example.com."}, ["A-1001", "refund"],
          ["I'm sorry to hear that. What is your order number?", "Thanks. Which email is on the account?", "RESOLUTION: refund order A-1001 to jo@example.com"],
@@ -180,38 +167,41 @@ async def simulated_user():
          ["Which code did you use, and what is the order number?", "RESOLUTION: credit the SAVE20 discount to order E-5005"],
          ["Which code did you use?", "RESOLUTION: credit the discount"]),
     ]
-    items = []
+    items: list[Example] = []
     for i, (opening, facts, expected, good, bad) in enumerate(cases):
         row = row_for(None, opening, False, persona={"facts": facts}, expected=expected, max_turns=6)
         row["responses_create_params"]["instructions"] = ("You are a support agent. Ask the customer for what you need, "
             "then end with a line `RESOLUTION: <action and order id>`.")
-        items.append((row, [[msg(t, f"u{i}a{k}")] for k, t in enumerate(good)], [[msg(t, f"u{i}b{k}")] for k, t in enumerate(bad)]))
-    await record("simulated_user", items)
+        items.append((row, [[message(t, f"u{i}a{k}")] for k, t in enumerate(good)], [[message(t, f"u{i}b{k}")] for k, t in enumerate(bad)]))
+    await record(load_environment_class("simulated_user"), items)
 
-async def workplace():
+
+async def workplace() -> None:
     W = load_environment_class("workplace")
     cases = [
         ("Close ticket T-2; the printer is fixed.", {"tickets": {"T-2": {"status": "closed"}}},
-         [[call("list_tickets", {"status": "open"}, "w0a1")], [call("set_ticket_status", {"ticket_id": "T-2", "status": "closed"}, "w0a2")], [msg("T-2 is closed.", "w0a")]],
-         [[call("set_ticket_status", {"ticket_id": "T-4", "status": "closed"}, "w0b1")], [msg("Done.", "w0b")]]),
+         [[call("list_tickets", {"status": "open"}, "w0a1")], [call("set_ticket_status", {"ticket_id": "T-2", "status": "closed"}, "w0a2")], [message("T-2 is closed.", "w0a")]],
+         [[call("set_ticket_status", {"ticket_id": "T-4", "status": "closed"}, "w0b1")], [message("Done.", "w0b")]]),
         ("Assign the printer ticket to someone from facilities and mark it in progress.", {"tickets": {"T-2": {"assignee": "omar", "status": "in_progress"}}},
-         [[call("find_employees", {"team": "facilities"}, "w1a1")], [call("assign_ticket", {"ticket_id": "T-2", "assignee": "omar"}, "w1a2"), call("set_ticket_status", {"ticket_id": "T-2", "status": "in_progress"}, "w1a3")], [msg("Omar has the printer ticket now.", "w1a")]],
-         [[call("assign_ticket", {"ticket_id": "T-2", "assignee": "dana"}, "w1b1")], [msg("Assigned to Dana.", "w1b")]]),
+         [[call("find_employees", {"team": "facilities"}, "w1a1")], [call("assign_ticket", {"ticket_id": "T-2", "assignee": "omar"}, "w1a2"), call("set_ticket_status", {"ticket_id": "T-2", "status": "in_progress"}, "w1a3")], [message("Omar has the printer ticket now.", "w1a")]],
+         [[call("assign_ticket", {"ticket_id": "T-2", "assignee": "dana"}, "w1b1")], [message("Assigned to Dana.", "w1b")]]),
         ("Reassign T-1 to lee and email lee about it.", {"tickets": {"T-1": {"assignee": "lee"}}, "emails": [{"to": "lee@example.com", "contains": "T-1"}]},
-         [[call("assign_ticket", {"ticket_id": "T-1", "assignee": "lee"}, "w2a1")], [call("find_employees", {"team": "it"}, "w2a2")], [call("send_email", {"to": "lee@example.com", "subject": "T-1 is yours", "body": "Please take over the VPN ticket T-1."}, "w2a3")], [msg("Reassigned and emailed.", "w2a")]],
-         [[call("assign_ticket", {"ticket_id": "T-1", "assignee": "lee"}, "w2b1")], [msg("Reassigned.", "w2b")]]),
+         [[call("assign_ticket", {"ticket_id": "T-1", "assignee": "lee"}, "w2a1")], [call("find_employees", {"team": "it"}, "w2a2")], [call("send_email", {"to": "lee@example.com", "subject": "T-1 is yours", "body": "Please take over the VPN ticket T-1."}, "w2a3")], [message("Reassigned and emailed.", "w2a")]],
+         [[call("assign_ticket", {"ticket_id": "T-1", "assignee": "lee"}, "w2b1")], [message("Reassigned.", "w2b")]]),
         ("Email rita (finance) that the expense policy ticket T-4 is closed, and close it.", {"tickets": {"T-4": {"status": "closed"}}, "emails": [{"to": "rita@example.com", "contains": "T-4"}]},
-         [[call("set_ticket_status", {"ticket_id": "T-4", "status": "closed"}, "w3a1"), call("send_email", {"to": "rita@example.com", "subject": "T-4 closed", "body": "The expense policy page is updated."}, "w3a2")], [msg("Closed T-4 and told Rita.", "w3a")]],
-         [[call("send_email", {"to": "rita@example.com", "subject": "T-4 closed", "body": "Done."}, "w3b1")], [msg("Told Rita.", "w3b")]]),
+         [[call("set_ticket_status", {"ticket_id": "T-4", "status": "closed"}, "w3a1"), call("send_email", {"to": "rita@example.com", "subject": "T-4 closed", "body": "The expense policy page is updated."}, "w3a2")], [message("Closed T-4 and told Rita.", "w3a")]],
+         [[call("send_email", {"to": "rita@example.com", "subject": "T-4 closed", "body": "Done."}, "w3b1")], [message("Told Rita.", "w3b")]]),
         ("Reopen the password reset ticket for Kim.", {"tickets": {"T-5": {"status": "open"}}},
-         [[call("list_tickets", {"status": "closed"}, "w4a1")], [call("set_ticket_status", {"ticket_id": "T-5", "status": "open"}, "w4a2")], [msg("T-5 is open again.", "w4a")]],
-         [[call("list_tickets", {}, "w4b1")], [call("set_ticket_status", {"ticket_id": "T-5", "status": "open"}, "w4b2"), call("set_ticket_status", {"ticket_id": "T-3", "status": "open"}, "w4b3")], [msg("Reopened.", "w4b")]]),
+         [[call("list_tickets", {"status": "closed"}, "w4a1")], [call("set_ticket_status", {"ticket_id": "T-5", "status": "open"}, "w4a2")], [message("T-5 is open again.", "w4a")]],
+         [[call("list_tickets", {}, "w4b1")], [call("set_ticket_status", {"ticket_id": "T-5", "status": "open"}, "w4b2"), call("set_ticket_status", {"ticket_id": "T-3", "status": "open"}, "w4b3")], [message("Reopened.", "w4b")]]),
     ]
     items = [(row_for(W, q, True, goal=goal), good, bad) for q, goal, good, bad in cases]
-    await record("workplace", items)
+    await record(load_environment_class("workplace"), items)
 
-async def main():
-    for name in sys.argv[1:]:
+async def main(names: list[str]) -> None:
+    for name in names:
         await globals()[name]()
 
-asyncio.run(main())
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1:]))

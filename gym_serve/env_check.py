@@ -23,12 +23,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from gym_serve.config import BUILDER, AppSpec, load_serve_config
+from gym_serve.environment import Environment
 from gym_serve.errors import InputError
 from gym_serve.jsonl import read_jsonl, scan_jsonl
+from gym_serve.local import run_local
 from gym_serve.registry import load_environment_class
-from gym_serve.replay import _conversation, _prompt, conversation_key
+from gym_serve.replay import ReplayModel, _conversation, _prompt, conversation_key
 
-__all__ = ["EnvReport", "check_environment"]
+__all__ = ["EnvReport", "check_environment", "replay_examples"]
 
 MIN_ROWS = 5
 
@@ -94,6 +96,23 @@ def check_environment(name: str, *, verify_budget_s: float | None = None, rollou
     if rows and not report.problems:
         asyncio.run(_through_serve(name, rows, report, verify_budget_s, rollout_timeout_s, address))
     return report
+
+
+async def replay_examples(
+    cls: type[Environment], config: Any = None
+) -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
+    """(row, right rollout, wrong rollout) for every example row, in-process: the replay model at error_rate 0, then 1.
+
+    The fast twin of step 3 for an environment's own tests (no Ray): they assert
+    what each rollout must hold (`reward` 1.0 / 0.0, and their own fields).
+    """
+    right = ReplayModel.for_environment(cls)
+    wrong = ReplayModel.for_environment(cls, error_rate=1.0)
+    results = []
+    for i, (_, row) in enumerate(read_jsonl(cls.data_dir() / "example.jsonl")):
+        row = {**row, "_ng_task_index": i, "_ng_rollout_index": 0}
+        results.append((row, await run_local(row, cls(config), right), await run_local(row, cls(config), wrong)))
+    return results
 
 
 def _check_rows(cls: type, report: EnvReport) -> list[tuple[int, dict[str, Any]]]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gym_serve import ReplayModel, Response, run_local
-from gym_serve.jsonl import read_jsonl
+from gym_serve import Response
+from gym_serve.env_check import replay_examples
 
 from . import SynonymExtraction, SynonymTask, synonym_value
 
@@ -37,10 +37,7 @@ async def test_verify_right_wrong_and_misordered() -> None:
 
 
 async def test_every_example_row_replays_right_then_wrong() -> None:
-    rows = [row for _, row in read_jsonl(SynonymExtraction.data_dir() / "example.jsonl")]
-    assert len(rows) >= 5
-    right = ReplayModel.for_environment(SynonymExtraction)
-    wrong = ReplayModel.for_environment(SynonymExtraction, error_rate=1.0)
-    for row in rows:
-        assert (await run_local(row, SynonymExtraction(), right))["reward"] == 1.0
-        assert (await run_local(row, SynonymExtraction(), wrong))["reward"] == 0.0
+    examples = await replay_examples(SynonymExtraction)
+    assert len(examples) >= 5
+    for row, right, wrong in examples:
+        assert right["reward"] == 1.0 and wrong["reward"] == 0.0, row["_ng_task_index"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from gym_serve import EnvRunner, ReplayModel, run_local
-from gym_serve.jsonl import read_jsonl
+from gym_serve import EnvRunner
+from gym_serve.env_check import replay_examples
 
 from . import Counter, CounterTask, SessionCounter
 
@@ -28,10 +28,7 @@ async def test_state_travels_with_the_rollout_not_the_runner() -> None:
 
 
 async def test_every_example_row_replays_right_then_wrong() -> None:
-    rows = [row for _, row in read_jsonl(SessionCounter.data_dir() / "example.jsonl")]
-    assert len(rows) >= 5
-    right = ReplayModel.for_environment(SessionCounter)
-    wrong = ReplayModel.for_environment(SessionCounter, error_rate=1.0)
-    for row in rows:
-        assert (await run_local(row, SessionCounter(), right))["reward"] == 1.0
-        assert (await run_local(row, SessionCounter(), wrong))["reward"] == 0.0
+    examples = await replay_examples(SessionCounter)
+    assert len(examples) >= 5
+    for row, right, wrong in examples:
+        assert right["reward"] == 1.0 and wrong["reward"] == 0.0, row["_ng_task_index"]

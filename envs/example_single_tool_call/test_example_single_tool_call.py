@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from gym_serve import ReplayModel, Response, run_local
-from gym_serve.jsonl import read_jsonl
+from gym_serve import Response
+from gym_serve.env_check import replay_examples
 
 from . import Weather, weather_in
 
@@ -42,10 +42,7 @@ async def test_tool_reports_the_city_weather() -> None:
 
 
 async def test_every_example_row_replays_right_then_wrong() -> None:
-    rows = [row for _, row in read_jsonl(Weather.data_dir() / "example.jsonl")]
-    assert len(rows) >= 5
-    right = ReplayModel.for_environment(Weather)
-    wrong = ReplayModel.for_environment(Weather, error_rate=1.0)
-    for row in rows:
-        assert (await run_local(row, Weather(), right))["reward"] == 1.0
-        assert (await run_local(row, Weather(), wrong))["reward"] == 0.0
+    examples = await replay_examples(Weather)
+    assert len(examples) >= 5
+    for row, right, wrong in examples:
+        assert right["reward"] == 1.0 and wrong["reward"] == 0.0, row["_ng_task_index"]

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from gym_serve import ReplayModel, RolloutError, run_local
+from gym_serve import RolloutError, run_local
+from gym_serve.env_check import replay_examples
 from gym_serve.jsonl import read_jsonl
 from gym_serve.reverify import reverify
 from tests.conftest import REPO, serve_instance, unique  # noqa: F401  (the shared Ray + Serve fixture)
@@ -46,14 +47,11 @@ def example_rows() -> list[dict[str, Any]]:
 
 
 async def test_every_example_row_replays_right_then_wrong() -> None:
-    rows = example_rows()
-    assert len(rows) >= 5 and any(len(r["expected_answers"]) >= 2 for r in rows), "a parallel-call row"
-    right = ReplayModel.for_environment(ENV)
-    wrong = ReplayModel.for_environment(ENV, error_rate=1.0)
-    for i, r in enumerate(rows):
-        good = await run_local(r, ENV(), right)
+    examples = await replay_examples(ENV)
+    assert len(examples) >= 5 and any(len(r["expected_answers"]) >= 2 for r, _, _ in examples), "a parallel-call row"
+    for r, good, bad in examples:
+        i = r["_ng_task_index"]
         assert good["reward"] == 1.0 and good["num_correct"] == len(r["expected_answers"]), i
-        bad = await run_local(r, ENV(), wrong)
         assert bad["reward"] == 0.0 and any(c["status"] != "matched" for c in bad["call_checks"]), i
         for rollout in (good, bad):
             kinds = [item["type"] for item in rollout["response"]["output"]]

@@ -6,14 +6,10 @@ from typing import Any
 
 import pytest
 
-from gym_serve import EnvError, EnvRunner, ReplayModel, run_local
-from gym_serve.jsonl import read_jsonl
+from gym_serve import EnvError, EnvRunner
+from gym_serve.env_check import replay_examples
 
 from . import InstructionFollowing
-
-
-def rows() -> list[dict[str, Any]]:
-    return [row for _, row in read_jsonl(InstructionFollowing.data_dir() / "example.jsonl")]
 
 
 def answer(text: str) -> dict[str, Any]:
@@ -22,16 +18,12 @@ def answer(text: str) -> dict[str, Any]:
 
 
 async def test_every_example_row_replays_right_then_wrong() -> None:
-    examples = rows()
+    examples = await replay_examples(InstructionFollowing)
     assert len(examples) >= 5
-    assert any("verifier_metadata" in row for row in examples) and any("key" in row for row in examples)
-    right = ReplayModel.for_environment(InstructionFollowing)
-    wrong = ReplayModel.for_environment(InstructionFollowing, error_rate=1.0)
-    for row in examples:
-        good = await run_local(row, InstructionFollowing(), right)
+    assert any("verifier_metadata" in row for row, _, _ in examples) and any("key" in row for row, _, _ in examples)
+    for _, good, bad in examples:
         assert good["reward"] == 1.0 and good["follow_all_instructions"] is True
         assert good["prompt_level_loose"] == good["instruction_level_strict"] == 1.0
-        bad = await run_local(row, InstructionFollowing(), wrong)
         assert bad["reward"] == 0.0 and False in bad["follow_instruction_list"]
         assert len(bad["follow_instruction_list"]) == len(good["follow_instruction_list"]) > 0
 

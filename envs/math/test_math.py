@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from gym_serve import ReplayModel, run_local
-from gym_serve.jsonl import read_jsonl
+from gym_serve.env_check import replay_examples
 
 from . import Math
 
 
 async def test_every_example_row_replays_right_then_wrong() -> None:
-    rows = [row for _, row in read_jsonl(Math.data_dir() / "example.jsonl")]
-    assert len(rows) >= 5
-    right = ReplayModel.for_environment(Math)
-    wrong = ReplayModel.for_environment(Math, error_rate=1.0)
-    for row in rows:
-        good = await run_local(row, Math(), right)
-        assert good["reward"] == 1.0 and good["extracted_answer"] is not None
-        assert (await run_local(row, Math(), wrong))["reward"] == 0.0
+    examples = await replay_examples(Math)
+    assert len(examples) >= 5
+    for _, right, wrong in examples:
+        assert right["reward"] == 1.0 and right["extracted_answer"] is not None
+        assert wrong["reward"] == 0.0

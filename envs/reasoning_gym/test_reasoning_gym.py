@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from gym_serve import EnvRunner, ReplayModel, VerifyError, run_local
-from gym_serve.jsonl import read_jsonl
+from gym_serve import EnvRunner, VerifyError
+from gym_serve.env_check import replay_examples
 
 from . import ReasoningGym
 from .generation import GenerationError, extract_answer, generate_entry, normalize_config
@@ -28,15 +28,11 @@ def answer(text: str) -> dict[str, Any]:
 
 
 async def test_every_example_row_replays_right_then_wrong() -> None:
-    rows = [row for _, row in read_jsonl(ReasoningGym.data_dir() / "example.jsonl")]
-    assert len(rows) >= 5 and len({row["dataset"] for row in rows}) >= 5
-    right = ReplayModel.for_environment(ReasoningGym)
-    wrong = ReplayModel.for_environment(ReasoningGym, error_rate=1.0)
-    for row in rows:
-        good = await run_local(row, ReasoningGym(), right)
+    examples = await replay_examples(ReasoningGym)
+    assert len(examples) >= 5 and len({row["dataset"] for row, _, _ in examples}) >= 5
+    for row, good, bad in examples:
         assert good["reward"] == 1.0 and good["extracted_answer"] == row["answer"]
         assert good["task_name"] == row["dataset"]
-        bad = await run_local(row, ReasoningGym(), wrong)
         assert bad["reward"] == 0.0 and bad["extracted_answer"] not in (None, row["answer"])
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gym_serve import ReplayModel, run_local
+from gym_serve.env_check import replay_examples
 from gym_serve.jsonl import read_jsonl
 
 from . import Conversation, Persona, SimulatedUser, SupportTask
@@ -28,11 +29,7 @@ async def test_the_conversation_runs_until_the_resolution() -> None:
 
 
 async def test_every_example_row_replays_right_then_wrong() -> None:
-    rows = [row for _, row in read_jsonl(ENV.data_dir() / "example.jsonl")]
-    assert len(rows) >= 5
-    right = ReplayModel.for_environment(ENV)
-    wrong = ReplayModel.for_environment(ENV, error_rate=1.0)
-    for i, row in enumerate(rows):
-        row = {**row, "_ng_task_index": i, "_ng_rollout_index": 0}
-        assert (await run_local(row, ENV(CONFIG), right))["reward"] == 1.0, i
-        assert (await run_local(row, ENV(CONFIG), wrong))["reward"] == 0.0, i
+    examples = await replay_examples(ENV, CONFIG)
+    assert len(examples) >= 5
+    for row, right, wrong in examples:
+        assert right["reward"] == 1.0 and wrong["reward"] == 0.0, row["_ng_task_index"]

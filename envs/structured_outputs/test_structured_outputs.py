@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from gym_serve import ReplayModel, RolloutError, run_local
+from gym_serve import RolloutError, run_local
+from gym_serve.env_check import replay_examples
 from gym_serve.jsonl import read_jsonl
 from tests.conftest import REPO, serve_instance, unique  # noqa: F401  (the shared Ray + Serve fixture)
 
@@ -39,15 +40,12 @@ def example_rows() -> list[dict[str, Any]]:
 
 
 async def test_every_example_row_replays_right_then_wrong() -> None:
-    rows = example_rows()
-    assert len(rows) >= 5
-    right = ReplayModel.for_environment(ENV)
-    wrong = ReplayModel.for_environment(ENV, error_rate=1.0)
+    examples = await replay_examples(ENV)
+    assert len(examples) >= 5
     error_types = set()
-    for i, r in enumerate(rows):
-        good = await run_local(r, ENV(), right)
+    for r, good, bad in examples:
+        i = r["_ng_task_index"]
         assert (good["reward"], good["error_type"]) == (1.0, None), i
-        bad = await run_local(r, ENV(), wrong)
         assert bad["reward"] == 0.0 and bad["error_message"], i
         error_types.add(bad["error_type"])
     assert error_types == {"parse_error", "validation_error"}, "the wrong answers fail in both ways"

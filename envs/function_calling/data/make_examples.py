@@ -8,13 +8,10 @@ reward it was written for (1.0 right, 0.0 wrong), else nothing is written.
 """
 
 import asyncio
-import json
-from pathlib import Path
 
+from envs._recording import call, message, record
 from envs.function_calling import FunctionCalling
-from gym_serve import run_local
 
-HERE = Path(__file__).parent
 SYSTEM_PROMPT = ("You are a helpful AI assistant with access to various functions. When you need to use a function "
                  "to answer a user's request, call the appropriate function with the correct arguments. You can call "
                  "multiple functions if needed to fully address the user's query.")
@@ -90,42 +87,23 @@ EXAMPLES = [
 
 
 def output(answer: list[dict] | str) -> list[dict]:
+    """A turn's items: a text answer, or the function calls."""
     if isinstance(answer, str):
-        return [{"type": "message", "id": "msg_0", "role": "assistant", "status": "completed",
-                 "content": [{"type": "output_text", "text": answer, "annotations": []}]}]
-    return [{"type": "function_call", "id": f"fc_{k}", "call_id": f"call_{k}", "name": call["name"],
-             "arguments": json.dumps(call["arguments"]), "status": "completed"} for k, call in enumerate(answer)]
+        return [message(answer)]
+    return [call(c["name"], c["arguments"], f"call_{k}") for k, c in enumerate(answer)]
 
 
-class Recorded:
-    """A model that answers with one recorded output."""
 
-    def __init__(self, items: list[dict]) -> None:
-        self.items = items
-
-    async def responses(self, request: dict, session: str | None = None) -> dict:
-        return {"id": "resp_0", "object": "response", "model": "recorded", "status": "completed", "output": self.items}
-
-
-async def main() -> None:
-    rows, recordings = [], []
+def main() -> None:
+    examples = []
     for i, (question, tools, expected, right, wrong) in enumerate(EXAMPLES):
         row = {"id": i, "responses_create_params": {"input": [{"role": "system", "content": SYSTEM_PROMPT},
                                                               {"role": "user", "content": question}],
                                                     "tools": tools},
                "expected_answers": expected}
-        rows.append(row)
-        for answer, meant in ((right, 1.0), (wrong, 0.0)):
-            rollout = await run_local(row, FunctionCalling(), Recorded(output(answer)))
-            if rollout["reward"] != meant:
-                raise SystemExit(f"row {i}: the {'right' if meant else 'wrong'} answer scored {rollout['reward']}: "
-                                 f"{rollout['call_checks']}")
-            recordings.append({**row, "response": {"id": "resp_0", "object": "response", "status": "completed",
-                                                   "output": rollout["response"]["output"]}, "reward": meant})
-    (HERE / "example.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (HERE / "example_rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recordings))
-    print(f"wrote {len(rows)} rows and {len(recordings)} recordings")
+        examples.append((row, [output(right)], [output(wrong)]))
+    asyncio.run(record(FunctionCalling, examples))
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

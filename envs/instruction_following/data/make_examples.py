@@ -7,13 +7,10 @@ and the script stops if a right answer does not score 1.0 or a wrong one 0.0.
 """
 
 import asyncio
-import json
-from pathlib import Path
 
+from envs._recording import record, says
 from envs.instruction_following import InstructionFollowing
-from gym_serve import run_local
 
-HERE = Path(__file__).parent
 LOWER = "Your entire response should be in English, and in all lowercase letters. No capital letters are allowed."
 # (prompt, instruction ids, kwargs, right answer, wrong answer)
 EXAMPLES = [
@@ -61,17 +58,6 @@ EXAMPLES = [
 ]
 
 
-class Scripted:
-    """A model that answers every request with one fixed text."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    async def responses(self, request: dict, session: str | None = None) -> dict:
-        item = {"type": "message", "id": "msg_0", "role": "assistant", "status": "completed",
-                "content": [{"type": "output_text", "text": self.text, "annotations": []}]}
-        return {"id": "resp_0", "object": "response", "status": "completed", "output": [item]}
-
 
 def row(i: int, prompt: str, ids: list, kwargs: list) -> dict:
     fields = {"instruction_id_list": ids, "prompt": prompt, "kwargs": kwargs}
@@ -82,22 +68,11 @@ def row(i: int, prompt: str, ids: list, kwargs: list) -> dict:
     return {"key": 1000 + i, "responses_create_params": params, **fields}
 
 
-async def main() -> None:
-    rows, recordings = [], []
-    for i, (prompt, ids, kwargs, right, wrong) in enumerate(EXAMPLES):
-        rows.append(row(i, prompt, ids, kwargs))
-        for text, meant in ((right, 1.0), (wrong, 0.0)):
-            rollout = await run_local(rows[-1], InstructionFollowing(), Scripted(text))
-            if rollout["reward"] != meant:
-                raise SystemExit(f"row {i}: {text!r} scored {rollout['reward']}, meant {meant}: "
-                                 f"{rollout['follow_instruction_list']}")
-            recordings.append({**rows[-1], "response": {"id": "resp_0", "object": "response", "status": "completed",
-                                                         "output": rollout["response"]["output"]},
-                               "reward": rollout["reward"]})
-    (HERE / "example.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (HERE / "example_rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recordings))
-    print(f"{len(rows)} rows, {len(recordings)} recordings")
+def main() -> None:
+    examples = [(row(i, prompt, ids, kwargs), says(right), says(wrong))
+                for i, (prompt, ids, kwargs, right, wrong) in enumerate(EXAMPLES)]
+    asyncio.run(record(InstructionFollowing, examples))
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

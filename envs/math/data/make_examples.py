@@ -3,10 +3,11 @@
     python envs/math/data/make_examples.py
 """
 
-import json
-from pathlib import Path
+import asyncio
 
-HERE = Path(__file__).parent
+from envs._recording import record, says
+from envs.math import Math
+
 PROBLEMS = [
     ("What is 3/4 + 1/4 - 1/2? Put the final answer in \\boxed{}.", "\\frac{1}{2}",
      "3/4 + 1/4 = 1, and 1 - 1/2 = 1/2. \\boxed{\\frac{1}{2}}", "3/4 + 1/4 = 1, so \\boxed{1}"),
@@ -23,22 +24,13 @@ PROBLEMS = [
 ]
 
 
-def message(text: str) -> dict:
-    return {"type": "message", "id": "msg_0", "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}
 
 
 def main() -> None:
-    rows, recordings = [], []
-    for question, expected, right, wrong in PROBLEMS:
-        row = {"responses_create_params": {"input": [{"role": "user", "content": question}]},
-               "expected_answer": expected}
-        rows.append(row)
-        for text, reward in ((right, 1.0), (wrong, 0.0)):
-            recordings.append({**row, "response": {"id": "resp_0", "object": "response", "status": "completed",
-                                                   "output": [message(text)]}, "reward": reward})
-    (HERE / "example.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (HERE / "example_rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recordings))
+    examples = [({"responses_create_params": {"input": [{"role": "user", "content": question}]},
+                  "expected_answer": expected}, says(right), says(wrong))
+                for question, expected, right, wrong in PROBLEMS]
+    asyncio.run(record(Math, examples))
 
 
 if __name__ == "__main__":

@@ -3,10 +3,11 @@
     python envs/multiple_choice/data/make_examples.py
 """
 
-import json
-from pathlib import Path
+import asyncio
 
-HERE = Path(__file__).parent
+from envs._recording import record, says
+from envs.multiple_choice import MultipleChoice
+
 QUESTIONS = [
     ("Which technique detects a specific protein in a sample?",
      ["Karyotyping", "Western blot", "PCR", "Chromatography"], "B", "\\boxed{C}"),
@@ -21,27 +22,20 @@ QUESTIONS = [
 ]
 
 
-def message(text: str) -> dict:
-    return {"type": "message", "id": "msg_0", "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}
 
 
 def main() -> None:
-    rows, recordings = [], []
+    letters = "ABCD"
+    examples = []
     for question, options, expected, wrong in QUESTIONS:
-        letters = "ABCD"
         listing = "\n".join(f"{letters[i]}) {option}" for i, option in enumerate(options))
         prompt = f"{question}\n{listing}\nThink, then give your final answer as \\boxed{{LETTER}}."
         row = {"responses_create_params": {"input": [{"role": "user", "content": prompt}]},
                "options": [{letters[i]: option} for i, option in enumerate(options)], "expected_answer": expected,
                "grading_mode": "strict_single_letter_boxed"}
-        rows.append(row)
         right = f"Going through the options, the answer is \\boxed{{{expected}}}."
-        for text, reward in ((right, 1.0), (wrong, 0.0)):
-            recordings.append({**row, "response": {"id": "resp_0", "object": "response", "status": "completed",
-                                                   "output": [message(text)]}, "reward": reward})
-    (HERE / "example.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (HERE / "example_rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recordings))
+        examples.append((row, says(right), says(wrong)))
+    asyncio.run(record(MultipleChoice, examples))
 
 
 if __name__ == "__main__":

@@ -11,15 +11,13 @@ and the script stops if a right answer does not score 1.0.
 """
 
 import asyncio
-import json
 from collections.abc import Callable
-from pathlib import Path
 
+from envs._recording import Scripted, record, says
 from envs.reasoning_gym import ReasoningGym
 from envs.reasoning_gym.make_rows import make_row
 from gym_serve import run_local
 
-HERE = Path(__file__).parent
 SEED, SIZE = 2025, 100
 
 
@@ -46,46 +44,28 @@ FAMILIES: list[tuple[str, dict, Callable[[str], str]]] = [
 ]
 
 
-class Scripted:
-    """A model that answers every request with one fixed text."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    async def responses(self, request: dict, session: str | None = None) -> dict:
-        item = {"type": "message", "id": "msg_0", "role": "assistant", "status": "completed",
-                "content": [{"type": "output_text", "text": self.text, "annotations": []}]}
-        return {"id": "resp_0", "object": "response", "status": "completed", "output": [item]}
-
-
-def says(answer: str) -> str:
-    return f"Let me work through this step by step.\n<answer>{answer}</answer>"
+def answer(value: str) -> str:
+    return f"Let me work through this step by step.\n<answer>{value}</answer>"
 
 
 async def score(row: dict, text: str) -> dict:
-    return await run_local(row, ReasoningGym(), Scripted(text))
+    return await run_local(row, ReasoningGym(), Scripted(says(text)))
 
 
 async def main() -> None:
-    rows, recordings = [], []
+    examples = []
     for dataset, config, slip in FAMILIES:
         for index in range(SIZE):
             row = make_row(dataset, {**config, "seed": SEED, "size": SIZE}, index)
-            right, wrong = await score(row, says(row["answer"])), await score(row, says(slip(row["answer"])))
-            if right["reward"] != 1.0:
-                raise SystemExit(f"{dataset}[{index}]: its own answer scored {right['reward']}")
-            if wrong["reward"] == 0.0:
+            right, wrong = answer(row["answer"]), answer(slip(row["answer"]))
+            if (await score(row, right))["reward"] != 1.0:
+                raise SystemExit(f"{dataset}[{index}]: its own answer does not score 1.0")
+            if (await score(row, wrong))["reward"] == 0.0:
                 break
         else:
             raise SystemExit(f"{dataset}: no index in {SIZE} where `{slip.__name__}` scores 0")
-        rows.append(row)
-        for rollout in (right, wrong):
-            recordings.append({**row, "response": {"id": "resp_0", "object": "response", "status": "completed",
-                                                   "output": rollout["response"]["output"]},
-                               "reward": rollout["reward"]})
-    (HERE / "example.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (HERE / "example_rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recordings))
-    print(f"{len(rows)} rows, {len(recordings)} recordings")
+        examples.append((row, says(right), says(wrong)))
+    await record(ReasoningGym, examples)
 
 
 if __name__ == "__main__":

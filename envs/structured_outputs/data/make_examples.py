@@ -8,12 +8,9 @@ reward it was written for (1.0 right, 0.0 wrong), else nothing is written.
 
 import asyncio
 import json
-from pathlib import Path
 
+from envs._recording import record, says
 from envs.structured_outputs import StructuredOutputs
-from gym_serve import run_local
-
-HERE = Path(__file__).parent
 
 
 def obj(properties: dict, **extra) -> dict:
@@ -82,40 +79,17 @@ def prompt(document: str, schema: dict) -> str:
             f"against this JSON schema (every property is required; add no others):\n{json.dumps(schema)}")
 
 
-def message(text: str) -> dict:
-    return {"type": "message", "id": "msg_0", "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}
 
 
-class Recorded:
-    """A model that answers with one recorded output."""
-
-    def __init__(self, output: list[dict]) -> None:
-        self.output = output
-
-    async def responses(self, request: dict, session: str | None = None) -> dict:
-        return {"id": "resp_0", "object": "response", "model": "recorded", "status": "completed",
-                "output": self.output}
-
-
-async def main() -> None:
-    rows, recordings = [], []
-    for i, (document, schema, right, wrong) in enumerate(EXAMPLES):
+def main() -> None:
+    examples = []
+    for document, schema, right, wrong in EXAMPLES:
+        properties = schema.get("properties", schema.get("items", {}).get("properties", {}))
         row = {"responses_create_params": {"input": [{"role": "user", "content": prompt(document, schema)}]},
-               "schema_str": json.dumps(schema), "schema_type": "json",
-               "schema_fields_count": str(len(schema.get("properties", schema.get("items", {}).get("properties", {}))))}
-        rows.append(row)
-        for text, meant in ((right, 1.0), (wrong, 0.0)):
-            rollout = await run_local(row, StructuredOutputs(), Recorded([message(text)]))
-            if rollout["reward"] != meant:
-                raise SystemExit(f"row {i}: the {'right' if meant else 'wrong'} answer scored {rollout['reward']} "
-                                 f"({rollout['error_type']}: {rollout['error_message']})")
-            recordings.append({**row, "response": {"id": "resp_0", "object": "response", "status": "completed",
-                                                   "output": rollout["response"]["output"]}, "reward": meant})
-    (HERE / "example.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (HERE / "example_rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recordings))
-    print(f"wrote {len(rows)} rows and {len(recordings)} recordings")
+               "schema_str": json.dumps(schema), "schema_type": "json", "schema_fields_count": str(len(properties))}
+        examples.append((row, says(right), says(wrong)))
+    asyncio.run(record(StructuredOutputs, examples))
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
