@@ -13,7 +13,7 @@ from gym_serve.config import EnvironmentArgs
 from gym_serve.env_runner import EnvRunner
 from gym_serve.registry import load_environment_class
 
-DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": 0}}
+DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 4096, "ray_actor_options": {"num_cpus": 0}}
 
 
 @serve.deployment(name="Environment")

@@ -20,7 +20,7 @@ from gym_serve.registry import load_environment_class
 from gym_serve.replay import ReplayModel
 from gym_serve.synthetic import Capacity
 
-DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": 0}}
+DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 4096, "ray_actor_options": {"num_cpus": 0}}
 
 
 @serve.deployment(name="Model")
