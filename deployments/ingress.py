@@ -32,7 +32,6 @@ per replica).
 """
 
 import asyncio
-import functools
 import hashlib
 import hmac
 import json
@@ -47,12 +46,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ray import serve
 from starlette.types import Receive, Scope, Send
 
-from gym_serve.batching import MicroBatcher
+from gym_serve.batching import MicroBatcher, agent_batcher
 from gym_serve.conversion import chat_request_to_responses, responses_response_to_chat
 from gym_serve.failures import RETRYABLE, classify
 from gym_serve.idempotency import IdempotencyCache, IdempotencyConflict, IdempotencyMismatch
 from gym_serve.prometheus import RolloutMetrics
-from gym_serve.replica_count import replica_counts
 
 __all__ = ["IngressArgs", "build_ingress"]
 
@@ -228,10 +226,7 @@ class Ingress:
         """One rollout within the deadline, retried on retryable failures; a failure comes back as a failure row."""
         batcher = self._batchers.get(agent)
         if batcher is None:
-            run_batch = serve.get_app_handle(agent).options(stream=True).run_batch
-            batcher = self._batchers[agent] = MicroBatcher(
-                lambda rows: run_batch.remote(rows), max_size=32,
-                parts=functools.partial(replica_counts.of, agent, "Agent"))
+            batcher = self._batchers[agent] = agent_batcher(agent)
         started = time.perf_counter()
         attempt = 0
         try:

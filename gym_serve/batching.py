@@ -36,7 +36,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
-__all__ = ["MicroBatcher", "stream_batch"]
+__all__ = ["MicroBatcher", "agent_batcher", "stream_batch"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -131,6 +131,20 @@ class MicroBatcher(Generic[T, R]):
     def _observe(self, seconds: float) -> None:
         self.latency_s += _SMOOTHING * (seconds - self.latency_s)
 
+
+
+def agent_batcher(agent: str) -> MicroBatcher[dict[str, Any], dict[str, Any]]:
+    """Rows to an agent application's `run_batch`, up to 32 per request, split over its running Agent replicas.
+
+    The one way rollouts enter the Agent tier: the driver actor and the HTTP ingress both use it.
+    """
+    from ray import serve
+
+    from gym_serve.replica_count import replica_counts
+
+    run_batch = serve.get_app_handle(agent).options(stream=True).run_batch
+    return MicroBatcher(lambda rows: run_batch.remote(rows), max_size=32,
+                        parts=functools.partial(replica_counts.of, agent, "Agent"))
 
 _LATENCY_SHARE = 0.05
 """A call waits for company at most this share of the calls' latency."""

@@ -17,7 +17,6 @@ disk (`gym_serve.resume`) without running a finished key again.
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import random
 import time
@@ -29,12 +28,11 @@ from typing import Any
 import ray
 from pydantic import BaseModel, Field
 
-from gym_serve.batching import MicroBatcher
+from gym_serve.batching import MicroBatcher, agent_batcher
 from gym_serve.errors import InputError
 from gym_serve.failures import RETRYABLE, classify
 from gym_serve.jsonl import JsonlWriter
 from gym_serve.materialize import CollectJob, Key, materialize, rollout_key, sibling_path
-from gym_serve.replica_count import replica_counts
 from gym_serve.resume import Progress, load_progress
 from gym_serve.window import AdaptiveWindow
 
@@ -280,10 +278,5 @@ class RolloutDriver:
         """Rows go to an agent in micro-batches, one streaming Serve request per batch (`gym_serve.batching`)."""
         batcher = self._batchers.get(agent)
         if batcher is None:
-            from ray import serve
-
-            run_batch = serve.get_app_handle(agent).options(stream=True).run_batch
-            batcher = self._batchers[agent] = MicroBatcher(
-                lambda rows: run_batch.remote(rows), max_size=32,
-                parts=functools.partial(replica_counts.of, agent, "Agent"))
+            batcher = self._batchers[agent] = agent_batcher(agent)
         return await batcher(row)
