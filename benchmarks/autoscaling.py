@@ -15,7 +15,7 @@ and calls that trickle in a few at a time cannot be batched much), or the CPU,
 not the slow tier, would set the pace.
 
 Each tier has its own `autoscaling_config` (min 1, max 8; the batched tiers
-scale on calls in flight, `gym_serve.autoscaling`). Closed-loop clients call the
+scale on calls in flight, `gym_serve.serving.autoscaling`). Closed-loop clients call the
 Agent: the count rises, holds, falls, then stops, while a poller records the
 RUNNING replicas of every tier from `serve.status()`. Reported per scenario:
 replicas per tier over time, throughput and p50 latency per second, the peak
@@ -37,10 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import harness
 import ray
 from ray import serve
-
-import harness
 
 TIERS = ("Agent", "Environment", "Model")
 AUTOSCALING = {"min_replicas": 1, "max_replicas": 8, "upscale_delay_s": 1.0, "downscale_delay_s": 5.0,

@@ -23,8 +23,8 @@ import psutil
 import ray
 from ray import serve
 
-from gym_serve import serving
-from gym_serve.config import AppSpec
+from gym_serve.serving import deploy as serving
+from gym_serve.serving.config import AppSpec
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -53,7 +53,7 @@ def weather_app(name: str, *, model: dict[str, Any], env: dict[str, Any] | None 
     environment = {"name": env_name, "deployment": {**ZERO_CPU, **(env_deployment or {})}}
     if env:
         environment["config"] = env
-    return {"name": name, "import_path": "deployments.app:build_app", "args": {
+    return {"name": name, "import_path": "gym_serve.deployments.app:build_app", "args": {
         "environment": environment,
         "agent": {"deployment": {**ZERO_CPU, **(agent_deployment or {})}},
         "model": {"recordings": ["example_single_tool_call"], **model,
@@ -116,7 +116,7 @@ def collect(job: dict[str, Any], *, sample_every_s: float = 0.5) -> tuple[dict[s
     steady-state rate (the middle of the run, without ramp-up and drain) and check memory stays flat.
     The summary gains `cpu_s`: CPU seconds of every Ray process during the collection.
     """
-    from gym_serve.driver import RolloutDriver
+    from gym_serve.collect.driver import RolloutDriver
 
     driver = RolloutDriver.remote()
     ray.get(driver.progress.remote())  # the actor is up: its start-up is not the collection's CPU

@@ -24,12 +24,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import harness
 import ray
 
-import harness
-from gym_serve import serving
 from gym_serve.client import GymClient
-from gym_serve.config import AppSpec
+from gym_serve.serving import deploy as serving
+from gym_serve.serving.config import AppSpec
 
 APP = "weather"
 BATCH = 64
@@ -59,7 +59,7 @@ def main() -> None:
 
     port = free_port()
     serving.connect("local")
-    ingress = {"name": "ingress", "route_prefix": "/", "import_path": "deployments.ingress:build_ingress",
+    ingress = {"name": "ingress", "route_prefix": "/", "import_path": "gym_serve.deployments.ingress:build_ingress",
                "args": {"agents": [APP], "default_agent": APP}}
     app = harness.weather_app(APP, model={"kind": "replay"}, env_name="example_single_tool_call")
     serving.deploy([AppSpec.model_validate(a) for a in (app, ingress)], source="<benchmark>", http=True,

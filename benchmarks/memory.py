@@ -2,7 +2,7 @@
 
 The input is generated: the weather rows with a distinct `id` each, so every
 row is its own task (the hardest case for NeMo Gym's numbering of identical
-rows: `gym_serve.task_index` moves its table to disk past 100k rows). The
+rows: `gym_serve.collect.task_index` moves its table to disk past 100k rows). The
 instant replay model and 1,024 rollouts in flight make it as fast as this
 machine allows. The driver's RSS must stay flat: the table reports it at the
 start, at 10 % of the work, at the end, the largest, and the growth per
@@ -22,9 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import ray
-
 import harness
+import ray
 
 
 def generate(path: Path, n: int) -> Path:

@@ -74,8 +74,8 @@ async def run(model: str, reqs: list[dict[str, Any]], engine_opts: dict[str, Any
     import ray
     from ray import serve
 
-    from deployments.vllm_model import VLLMModelDeployment
-    from gym_serve.config import VLLMModelArgs
+    from gym_serve.deployments.vllm_model import VLLMModelDeployment
+    from gym_serve.serving.config import VLLMModelArgs
 
     ray.init(address="local", include_dashboard=False, log_to_driver=False)
     serve.start(proxy_location="Disabled")
@@ -113,7 +113,7 @@ def main() -> None:
     args = parser.parse_args()
     model = args.model
     if model is None:
-        from gym_serve.tiny_model import make_tiny_model
+        from gym_serve.testing.tiny_model import make_tiny_model
 
         model = str(make_tiny_model(Path("/tmp/gym-serve-tiny-model")))
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # the same KV cache for both engines on CPU builds

@@ -26,10 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import harness
 import ray
 from ray import serve
-
-import harness
 
 IO_LATENCY_S, IO_SLOTS, CPU_MS = 0.5, 2, 20.0
 
@@ -60,7 +59,7 @@ def verifier_tier(work: Path, kind: str, counts: list[int], seconds: float) -> l
 
 
 def drivers(work: Path, counts: list[int], seconds: float) -> list[dict[str, Any]]:
-    from gym_serve.driver import RolloutDriver
+    from gym_serve.collect.driver import RolloutDriver
 
     app = "drivers"
     harness.deploy(harness.weather_app(app, model={"kind": "replay"}, env_name="example_single_tool_call",

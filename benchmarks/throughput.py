@@ -28,10 +28,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import harness
 import ray
 from ray import serve
-
-import harness
 
 N_TOKENS = 256
 

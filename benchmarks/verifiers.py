@@ -9,15 +9,15 @@ are left out and counted: they measure containment (tests/verifiers), not speed.
 
 | environment | verifier |
 |---|---|
-| math | `verifiers.math` (math-verify in a worker process, with a deadline) |
-| multiple_choice | `verifiers.multiple_choice` |
-| code_generation | `verifiers.code` (each verification a sandboxed Python process) |
-| structured_outputs | `verifiers.json_schema` |
-| text_to_sql | `verifiers.sql` (read-only SQLite, with a timeout) |
-| instruction_following | `verifiers.instruction_following` |
-| function_calling | `verifiers.tool_calls` |
+| math | `gym_serve.verifiers.math` (math-verify in a worker process, with a deadline) |
+| multiple_choice | `gym_serve.verifiers.multiple_choice` |
+| code_generation | `gym_serve.verifiers.code` (each verification a sandboxed Python process) |
+| structured_outputs | `gym_serve.verifiers.json_schema` |
+| text_to_sql | `gym_serve.verifiers.sql` (read-only SQLite, with a timeout) |
+| instruction_following | `gym_serve.verifiers.instruction_following` |
+| function_calling | `gym_serve.verifiers.tool_calls` |
 | reasoning_gym | reasoning-gym's own scorers |
-| llm_judge_qa | `verifiers.llm_judge` (the shipped judge recordings: the cost of the round trip, not a model) |
+| llm_judge_qa | `gym_serve.verifiers.llm_judge` (the shipped judge recordings: the cost of the round trip, not a model) |
 
 In-process first (one process, the cost of the verifier itself), then through
 Serve for math and code_generation: the Environment deployment at 1 and 2
@@ -47,9 +47,9 @@ from typing import Any  # noqa: E402
 import ray
 from ray import serve
 
-from gym_serve.env_runner import EnvRunner
-from gym_serve.jsonl import read_jsonl
-from gym_serve.registry import load_environment_class
+from gym_serve.environment.registry import load_environment_class
+from gym_serve.environment.runner import EnvRunner
+from gym_serve.wire.jsonl import read_jsonl
 
 VERIFIERS = {"math": "math", "multiple_choice": "multiple_choice", "code_generation": "code",
              "structured_outputs": "json_schema", "text_to_sql": "sql", "instruction_following": "instruction_following",
@@ -110,9 +110,9 @@ def in_process(envs: list[str], seconds: float, slow_cutoff_s: float) -> list[di
 
 
 def through_serve(envs: list[str], seconds: float, slow_cutoff_s: float) -> list[dict[str, Any]]:
-    from deployments.environment import EnvironmentDeployment
-    from gym_serve.batching import MicroBatcher
-    from gym_serve.config import EnvironmentArgs
+    from gym_serve.deployments.environment import EnvironmentDeployment
+    from gym_serve.serving.batching import MicroBatcher
+    from gym_serve.serving.config import EnvironmentArgs
 
     harness.start()
     results = []

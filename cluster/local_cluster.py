@@ -30,9 +30,9 @@ from ray import serve
 from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from gym_serve import serving
-from gym_serve.config import load_serve_config
-from gym_serve.driver import RolloutDriver
+from gym_serve.collect.driver import RolloutDriver
+from gym_serve.serving import deploy as serving
+from gym_serve.serving.config import load_serve_config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,10 +13,10 @@ from ray.serve.handle import DeploymentHandle
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from gym_serve.agent import AgentConfig, run_episode
-from gym_serve.autoscaling import Load
-from gym_serve.batching import MicroBatcher, stream_batch
-from gym_serve.replica_count import replica_counts
+from gym_serve.rollout.loop import AgentConfig, run_episode
+from gym_serve.serving.autoscaling import Load
+from gym_serve.serving.batching import MicroBatcher, stream_batch
+from gym_serve.serving.replica_count import replica_counts
 
 DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": 0}}
 

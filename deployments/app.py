@@ -1,7 +1,7 @@
-"""The application builder: `serve run` imports `deployments.app:build_app`.
+"""The application builder: `serve run` imports `gym_serve.deployments.app:build_app`.
 
 One application = Agent → (Model, Environment), bound with `.bind()`. Each
-tier is its own deployment with its own Serve options (see `gym_serve.config`).
+tier is its own deployment with its own Serve options (see `gym_serve.serving.config`).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 from ray.serve import Application
 
-from deployments import agent, environment, replay_model
-from gym_serve.agent import AgentConfig
-from gym_serve.autoscaling import BATCHED_TIER_AUTOSCALING
-from gym_serve.config import (
+from gym_serve.deployments import agent, environment, replay_model
+from gym_serve.rollout.loop import AgentConfig
+from gym_serve.serving.autoscaling import BATCHED_TIER_AUTOSCALING
+from gym_serve.serving.config import (
     AppArgs,
     ModelRefArgs,
     OpenAIModelArgs,
@@ -35,12 +35,12 @@ def build_app(args: AppArgs | dict[str, Any]) -> Application:
         options = args.model.deployment.serve_options(replay_model.DEFAULTS, BATCHED_TIER_AUTOSCALING)
         model = replay_model.ReplayModelDeployment.options(**options).bind(args.model, env_name)
     elif isinstance(args.model, OpenAIModelArgs):
-        from deployments import openai_model
+        from gym_serve.deployments import openai_model
 
         options = args.model.deployment.serve_options(openai_model.DEFAULTS)
         model = openai_model.OpenAIModelDeployment.options(**options).bind(args.model)
     elif isinstance(args.model, VLLMModelArgs):
-        from deployments import vllm_model  # imports vLLM only where it is used
+        from gym_serve.deployments import vllm_model  # imports vLLM only where it is used
 
         defaults = {**vllm_model.DEFAULTS, "max_ongoing_requests": args.model.engine.max_num_seqs}
         model = vllm_model.VLLMModelDeployment.options(**args.model.deployment.serve_options(defaults)).bind(

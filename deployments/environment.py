@@ -7,11 +7,11 @@ from typing import Any
 
 from ray import serve
 
-from gym_serve.autoscaling import Load
-from gym_serve.batching import stream_batch
-from gym_serve.config import EnvironmentArgs
-from gym_serve.env_runner import EnvRunner
-from gym_serve.registry import load_environment_class
+from gym_serve.environment.registry import load_environment_class
+from gym_serve.environment.runner import EnvRunner
+from gym_serve.serving.autoscaling import Load
+from gym_serve.serving.batching import stream_batch
+from gym_serve.serving.config import EnvironmentArgs
 
 DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 4096, "ray_actor_options": {"num_cpus": 0}}
 
@@ -33,7 +33,7 @@ class EnvironmentDeployment:
         return self.runner.describe()
 
     async def batch(self, method: str, calls: list[tuple[Any, ...]]) -> AsyncIterator[list[tuple[int, Any]]]:
-        """Many calls of one method in one streaming request (see `gym_serve.batching`): a slow call holds up no other."""
+        """Many calls of one method in one streaming request (see `gym_serve.serving.batching`): a slow call holds up no other."""
         if method not in self._methods:
             raise ValueError(f"`{method}` cannot be batched; batchable: {', '.join(_METHODS)}")
         async for item in stream_batch(self._methods[method], calls):

@@ -2,7 +2,7 @@
 
 The OpenAI API itself, a `vllm serve` server, other providers. `api: responses`
 sends Responses requests as they are; `api: chat` converts them to Chat
-Completions and back (`gym_serve.conversion`). The client retries 429, 5xx,
+Completions and back (`gym_serve.wire.chat`). The client retries 429, 5xx,
 connection errors and timeouts with exponential backoff; a semaphore bounds the
 requests one replica has in flight. The key comes from config or an
 environment variable and is held as a secret: it appears in no log, error,
@@ -17,9 +17,9 @@ from typing import Any
 
 from ray import serve
 
-from gym_serve.config import OpenAIModelArgs
-from gym_serve.conversion import chat_response_to_responses, responses_request_to_chat
 from gym_serve.errors import ModelError
+from gym_serve.serving.config import OpenAIModelArgs
+from gym_serve.wire.chat import chat_response_to_responses, responses_request_to_chat
 
 __all__ = ["OpenAIModelDeployment"]
 

@@ -13,12 +13,12 @@ from typing import Any
 
 from ray import serve
 
-from gym_serve.autoscaling import Load
-from gym_serve.batching import stream_batch
-from gym_serve.config import ReplayModelArgs, SyntheticModelArgs
-from gym_serve.registry import load_environment_class
-from gym_serve.replay import ReplayModel
-from gym_serve.synthetic import Capacity
+from gym_serve.environment.registry import load_environment_class
+from gym_serve.rollout.replay import ReplayModel
+from gym_serve.serving.autoscaling import Load
+from gym_serve.serving.batching import stream_batch
+from gym_serve.serving.config import ReplayModelArgs, SyntheticModelArgs
+from gym_serve.testing.synthetic import Capacity
 
 DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 4096, "ray_actor_options": {"num_cpus": 0}}
 
@@ -50,7 +50,7 @@ class ReplayModelDeployment:
         return response
 
     async def responses_batch(self, calls: list[tuple[dict[str, Any], str | None]]) -> AsyncIterator[list[tuple[int, Any]]]:
-        """Many `responses` calls in one streaming request (see `gym_serve.batching`)."""
+        """Many `responses` calls in one streaming request (see `gym_serve.serving.batching`)."""
         async for item in stream_batch(self.responses, calls):
             yield item
 

@@ -7,7 +7,7 @@ log-probability of every sampled token). When the conversation already holds
 an earlier call's token bundle, the new prompt *extends* that call's prompt +
 generation with the newly rendered turns instead of re-rendering and
 re-tokenizing the history, so the ids a trainer gets are exactly what the
-policy saw and sampled (`gym_serve.tokens.check_contiguity`).
+policy saw and sampled (`gym_serve.wire.tokens.check_contiguity`).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Any
 
 from ray import serve
 
-from gym_serve.config import VLLMModelArgs
-from gym_serve.conversion import chat_request_to_responses, responses_request_to_chat, responses_response_to_chat
-from gym_serve.tokens import TOKEN_FIELDS
-from gym_serve.tool_parsing import parse_output
+from gym_serve.serving.config import VLLMModelArgs
+from gym_serve.wire.chat import chat_request_to_responses, responses_request_to_chat, responses_response_to_chat
+from gym_serve.wire.hermes import parse_output
+from gym_serve.wire.tokens import TOKEN_FIELDS
 
 __all__ = ["VLLMModelDeployment"]
 
@@ -42,7 +42,7 @@ class VLLMModelDeployment:
         if args.cpu_threads:  # Ray sets OMP_NUM_THREADS from the actor's CPUs; the CPU build computes with OpenMP
             os.environ["OMP_NUM_THREADS"] = str(args.cpu_threads)
         if args.make_tiny_model:
-            from gym_serve.tiny_model import make_tiny_model
+            from gym_serve.testing.tiny_model import make_tiny_model
 
             make_tiny_model(args.engine.model)
         self.args = args

@@ -6,7 +6,7 @@ recordings therefore hold the environment's own tool outputs and user turns,
 and the script checks each recording scored the reward it was meant to (1.0 /
 0.0) before writing it. Usage::
 
-    python -m envs._scripted_recordings code_generation text_to_sql llm_judge_qa \
+    python -m gym_serve.envs._scripted_recordings code_generation text_to_sql llm_judge_qa \
         math_with_tools grid_world simulated_user workplace
 """
 
@@ -17,10 +17,10 @@ import json
 import sys
 from typing import Any
 
-from envs._recording import Example, call, message, record
-from gym_serve.env_runner import EnvRunner
-from gym_serve.registry import load_environment_class
-from verifiers.llm_judge import build_judge_request
+from gym_serve.environment.registry import load_environment_class
+from gym_serve.environment.runner import EnvRunner
+from gym_serve.envs._recording import Example, call, message, record
+from gym_serve.verifiers.llm_judge import build_judge_request
 
 
 def row_for(env_cls: type | None, prompt: str, tools: bool, **fields: Any) -> dict[str, Any]:

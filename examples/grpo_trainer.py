@@ -23,7 +23,7 @@ Each step:
 
 Run it against a Serve config:
 
-    python -m gym_serve.tiny_model /tmp/gym-serve-tiny-model
+    python -m gym_serve.testing.tiny_model /tmp/gym-serve-tiny-model
     serve run deployments/grpo_vllm.yaml        # the ingress + the `plain_text` environment on vLLM
     python examples/grpo_trainer.py --url http://127.0.0.1:8000 --model /tmp/gym-serve-tiny-model --steps 5
 
@@ -78,7 +78,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from gym_serve.client import GymClient
-from gym_serve.tokens import TOKEN_FIELDS, check_contiguity, token_calls
+from gym_serve.wire.tokens import TOKEN_FIELDS, check_contiguity, token_calls
 
 __all__ = ["GRPOConfig", "GRPOTrainer", "NonContiguousRollout", "StepLog", "TrainingSequence", "build_sequence",
            "group_advantages", "main"]

@@ -1,7 +1,7 @@
 """A format reward that an untrained model earns some of the time: how much of its reply is plain text.
 
 The environment of the GRPO example (`examples/grpo_trainer.py`). The tiny test
-model (`gym_serve.tiny_model`) has random weights: it never answers a question
+model (`gym_serve.testing.tiny_model`) has random weights: it never answers a question
 right, so with a correctness reward every rollout would score 0, every group's
 advantages would be 0 and a policy-gradient step would do nothing. This reward
 is a property of the reply's *form* that varies from sample to sample: the

@@ -4,9 +4,9 @@ The environment contract (`Environment`, `tool`, `Task`, `Verdict`) and the
 wire types import without Ray; the driver, CLI and deployments use it.
 """
 
-from gym_serve.agent import AgentConfig, run_episode
-from gym_serve.env_runner import EnvRunner
-from gym_serve.environment import Environment, Task, Turn, Verdict
+from gym_serve.environment.core import Environment, Task, Turn, Verdict
+from gym_serve.environment.runner import EnvRunner
+from gym_serve.environment.tools import tool
 from gym_serve.errors import (
     ConfigError,
     EnvError,
@@ -17,11 +17,11 @@ from gym_serve.errors import (
     ToolError,
     VerifyError,
 )
-from gym_serve.local import run_local
-from gym_serve.protocol import InputRow, Response, RolloutRow
-from gym_serve.replay import ReplayModel
-from gym_serve.tokens import ContiguityReport, check_contiguity
-from gym_serve.tools import tool
+from gym_serve.rollout.local import run_local
+from gym_serve.rollout.loop import AgentConfig, run_episode
+from gym_serve.rollout.replay import ReplayModel
+from gym_serve.wire.responses import InputRow, Response, RolloutRow
+from gym_serve.wire.tokens import ContiguityReport, check_contiguity
 
 __all__ = [
     "AgentConfig",

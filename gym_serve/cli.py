@@ -10,8 +10,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gym_serve.config import load_serve_config
 from gym_serve.errors import GymServeError, InputError
+from gym_serve.serving.config import load_serve_config
 
 __all__ = ["main"]
 
@@ -103,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from gym_serve import serving
+    from gym_serve.serving import deploy as serving
 
     specs = load_serve_config(args.config)
     where = serving.connect(args.address)
@@ -121,7 +121,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from gym_serve import serving
+    from gym_serve.serving import deploy as serving
 
     specs = load_serve_config(args.config)
     if not Path(args.input).is_file():
@@ -155,7 +155,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from gym_serve.profiling import profile
+    from gym_serve.analysis.profiling import profile
 
     environments = _environments(args.config) if args.config else None
     result = profile(args.rollouts, args.inputs, allow_partial=args.allow_partial, environments=environments)
@@ -168,7 +168,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_reverify(args: argparse.Namespace) -> int:
-    from gym_serve.reverify import run
+    from gym_serve.analysis.reverify import run
 
     environments = {"*": args.env} if args.env else _environments(args.config)
     result = run(args.rollouts, environments)
@@ -183,7 +183,7 @@ def cmd_reverify(args: argparse.Namespace) -> int:
 
 
 def cmd_env_test(args: argparse.Namespace) -> int:
-    from gym_serve.env_check import check_environment
+    from gym_serve.analysis.check import check_environment
 
     failed = []
     for name in args.names:
@@ -246,12 +246,12 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from gym_serve import serving
+    from gym_serve.serving import deploy as serving
 
     started = time.perf_counter()
     out_dir = Path(args.out or f"gym-serve-demo-{datetime.now():%Y%m%d-%H%M%S}").resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    config = resources.files("deployments") / DEMO_CONFIG
+    config = resources.files("gym_serve.deployments") / DEMO_CONFIG
     specs = load_serve_config(str(config))
     print("Starting a local Ray instance and deploying the example environments (replay model, no GPU)...")
     serving.connect()
@@ -259,7 +259,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(serving.describe_status([s.name for s in specs]) + "\n")
     results = {}
     for env in DEMO_ENVS:
-        data = resources.files("envs") / env / "data" / "example.jsonl"
+        data = resources.files("gym_serve.envs") / env / "data" / "example.jsonl"
         results[env] = _collect(
             dict(
                 input_path=str(data),
@@ -281,7 +281,7 @@ def _collect(job: dict[str, Any], label: str = "rollouts") -> dict[str, Any]:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     from tqdm import tqdm
 
-    from gym_serve.driver import RolloutDriver
+    from gym_serve.collect.driver import RolloutDriver
 
     node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     driver = RolloutDriver.options(scheduling_strategy=node).remote()
@@ -370,8 +370,8 @@ def _demo_report(results: dict[str, dict[str, Any]], out_dir: Path, elapsed: flo
 
 def _first_episode(path: Path) -> str:
     """The first rollout that called a tool (the interesting kind), as a short transcript."""
-    from gym_serve.jsonl import read_jsonl
-    from gym_serve.protocol import output_text
+    from gym_serve.wire.jsonl import read_jsonl
+    from gym_serve.wire.responses import output_text
 
     for _, row in read_jsonl(path):
         if not any(item["type"] == "function_call" for item in row["response"]["output"]):

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gym_serve.config import load_serve_config
-
-from .conftest import REPO
+from gym_serve.serving.config import load_serve_config
+from tests.conftest import REPO
 
 
 def test_the_rayservice_serve_config_validates(tmp_path: Path) -> None:

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from gym_serve.driver import Collection, failures_path
+from gym_serve.collect.driver import Collection, failures_path
+from gym_serve.collect.materialize import CollectJob, sibling_path
+from gym_serve.collect.window import AdaptiveWindow
 from gym_serve.errors import RolloutError
-from gym_serve.materialize import CollectJob, sibling_path
-from gym_serve.window import AdaptiveWindow
 
 
 class ActorDiedError(Exception):

@@ -17,11 +17,12 @@ import ray
 import yaml
 from ray import serve
 
-from deployments.app import build_app
-from gym_serve.config import AppArgs
-from gym_serve.driver import RolloutDriver, failures_path
+from gym_serve.collect.driver import RolloutDriver, failures_path
+from gym_serve.deployments.app import build_app
+from gym_serve.serving.config import AppArgs
+from gym_serve.testing.fixtures import unique
+from tests.conftest import REPO
 
-from .conftest import REPO, unique
 from .fault_parts import BumpModel, counter_app_args, counting_rows
 
 pytestmark = pytest.mark.serve
@@ -137,7 +138,7 @@ async def test_killing_replicas_of_every_tier_loses_no_rollout(serve_instance: N
 def test_a_sigkilled_collection_resumes_to_completion(tmp_path: Path) -> None:
     config = {"applications": [
         {"name": "bump-model", "import_path": "tests.fault_parts:build_bump_model", "args": {"delay_s": 0.05}},
-        {"name": "counter", "import_path": "deployments.app:build_app", "args": counter_app_args("bump-model")},
+        {"name": "counter", "import_path": "gym_serve.deployments.app:build_app", "args": counter_app_args("bump-model")},
     ]}
     config_path = tmp_path / "app.yaml"
     config_path.write_text(yaml.safe_dump(config))

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import REPO, example_rows
+from gym_serve.testing.fixtures import example_rows
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.serve
 
@@ -113,7 +114,7 @@ def test_collect_command_writes_rollouts_and_reports_bad_rows(tmp_path: Path) ->
 
 def test_config_errors_name_the_key_and_exit_2(tmp_path: Path) -> None:
     config = tmp_path / "bad.yaml"
-    config.write_text("applications:\n- name: w\n  import_path: deployments.app:build_app\n"
+    config.write_text("applications:\n- name: w\n  import_path: gym_serve.deployments.app:build_app\n"
                       "  args: {environment: {name: nope}}\n")
     result = subprocess.run([*GYM_SERVE, "collect", "--config", str(config), "--input", "x", "--output", "y"],
                             capture_output=True, text=True, timeout=60)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gym_serve.conversion import (
+from gym_serve.wire.chat import (
     chat_request_to_responses,
     chat_response_to_responses,
     responses_request_to_chat,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gym_serve import Environment, Task
-from gym_serve.env_check import EnvReport, _check_rows, _recorded_rewards, check_environment
+from gym_serve.analysis.check import EnvReport, _check_rows, _recorded_rewards, check_environment
 
 
 class Needs(Task):

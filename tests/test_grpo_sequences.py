@@ -10,9 +10,8 @@ import pytest
 import yaml
 
 from examples.grpo_trainer import NonContiguousRollout, build_sequence, group_advantages
-from gym_serve.config import validate_app_args
-
-from .conftest import REPO
+from gym_serve.serving.config import validate_app_args
+from tests.conftest import REPO
 
 
 def call(prompt: list[int], generation: list[int], logprobs: list[float]) -> dict[str, Any]:
@@ -55,7 +54,7 @@ def test_advantages_are_relative_to_the_group_and_zero_for_ties() -> None:
 def test_the_serve_config_of_the_example_is_valid() -> None:
     from ray.serve.schema import ServeDeploySchema
 
-    from deployments.ingress import IngressArgs
+    from gym_serve.deployments.ingress.api import IngressArgs
 
     config = yaml.safe_load((REPO / "deployments" / "grpo_vllm.yaml").read_text())
     ServeDeploySchema.model_validate(config)

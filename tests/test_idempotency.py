@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gym_serve.idempotency import IdempotencyCache, IdempotencyConflict, IdempotencyMismatch
+from gym_serve.deployments.ingress.idempotency import IdempotencyCache, IdempotencyConflict, IdempotencyMismatch
 
 
 class Clock:

@@ -20,12 +20,12 @@ import pytest
 import ray
 from ray import serve
 
-from deployments.app import build_app
-from deployments.ingress import build_ingress
 from gym_serve.client import GymClient, GymClientError
-from gym_serve.config import AppArgs
+from gym_serve.deployments.app import build_app
+from gym_serve.deployments.ingress.api import build_ingress
+from gym_serve.serving.config import AppArgs
+from gym_serve.testing.fixtures import example_rows
 
-from .conftest import example_rows
 from .fault_parts import build_bump_model, counting_rows
 
 pytestmark = pytest.mark.serve

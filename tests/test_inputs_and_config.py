@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 
-from gym_serve.config import load_serve_config
-from gym_serve.materialize import CollectJob, materialize
+from gym_serve.collect.materialize import CollectJob, materialize
 from gym_serve.errors import ConfigError, InputError, RolloutError
-from gym_serve.jsonl import read_jsonl, scan_jsonl
-
-from .conftest import REPO
+from gym_serve.serving.config import load_serve_config
+from gym_serve.wire.jsonl import read_jsonl, scan_jsonl
+from tests.conftest import REPO
 
 GOOD = {"responses_create_params": {"input": "hi"}}
 
@@ -68,7 +67,7 @@ def test_materialize_indices_follow_nemo_gym(tmp_path: Path) -> None:
 
 
 def test_task_numbering_is_the_same_after_the_table_moves_to_disk() -> None:
-    from gym_serve.task_index import TaskIndex
+    from gym_serve.collect.task_index import TaskIndex
 
     digests = [bytes([i % 7]) * 16 for i in range(30)]  # 7 distinct rows, each seen again and again
     with TaskIndex() as in_memory, TaskIndex(in_memory=3) as spilled:
@@ -124,7 +123,7 @@ def write_config(tmp_path: Path, text: str) -> Path:
 APP = """
 applications:
 - name: weather
-  import_path: deployments.app:build_app
+  import_path: gym_serve.deployments.app:build_app
   args:
     environment: {name: %s}
 """

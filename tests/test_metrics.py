@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gym_serve.metrics import majority_at_k, numeric_fields, pass_at_k, pass_metrics, summary_stats
+from gym_serve.analysis.metrics import majority_at_k, numeric_fields, pass_at_k, pass_metrics, summary_stats
 
 
 @pytest.mark.parametrize(

@@ -14,20 +14,13 @@ from typing import Any
 import pytest
 
 from gym_serve import InputRow, ReplayModel, Response, RolloutRow, run_local
-from gym_serve.registry import load_environment_class
-from gym_serve.replay import conversation_key
-
-from .conftest import REPO
-
-def _shared_examples() -> Path:
-    """NeMo Gym's examples live beside the checkout (`../shared`), as the project keeps them."""
-    for root in (REPO.parent / "shared", Path("/work/shared")):
-        if (root / "nemo_gym_examples").is_dir():
-            return root / "nemo_gym_examples"
-    raise FileNotFoundError(f"NeMo Gym examples not found in {REPO.parent / 'shared'} or /work/shared")
+from gym_serve.environment.registry import load_environment_class
+from gym_serve.rollout.replay import conversation_key
+from tests.conftest import REPO
 
 
-SHARED = _shared_examples()
+NEMO_GYM_DATA = REPO / "tests" / "data" / "nemo_gym"
+"""NeMo Gym's example rows and recordings, copied into the repository (see its README)."""
 OURS = {
     "example_single_tool_call": "example_single_tool_call",
     "example_multi_step": "example_multi_step",
@@ -46,10 +39,10 @@ def prompt_key(row: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize("theirs", sorted(OURS))
 def test_their_rows_and_rollouts_parse_and_round_trip(theirs: str) -> None:
-    for raw in read(SHARED / theirs / "example.jsonl"):
+    for raw in read(NEMO_GYM_DATA / theirs / "example.jsonl"):
         row = InputRow.model_validate(raw)
         assert row.model_dump(by_alias=True, exclude_unset=True) == raw, "nothing added, nothing dropped"
-    for raw in read(SHARED / theirs / "example_rollouts.jsonl"):
+    for raw in read(NEMO_GYM_DATA / theirs / "example_rollouts.jsonl"):
         rollout = RolloutRow.model_validate(raw)
         assert rollout.model_dump(by_alias=True, exclude_unset=True) == raw
         Response.model_validate(raw["response"]).output_text()
@@ -58,10 +51,10 @@ def test_their_rows_and_rollouts_parse_and_round_trip(theirs: str) -> None:
 @pytest.mark.parametrize("theirs", sorted(OURS))
 async def test_their_recordings_replay_through_our_environment_with_their_rewards(theirs: str) -> None:
     env_cls = load_environment_class(OURS[theirs])
-    recordings = SHARED / theirs / "example_rollouts.jsonl"
+    recordings = NEMO_GYM_DATA / theirs / "example_rollouts.jsonl"
     model = ReplayModel([recordings])
     expected = {prompt_key(r): r for r in read(recordings)}
-    for row in read(SHARED / theirs / "example.jsonl"):
+    for row in read(NEMO_GYM_DATA / theirs / "example.jsonl"):
         recorded = expected[prompt_key(row)]
         rollout = await run_local(row, env_cls(), model)
         variants = [item.get("metadata", {}).get("replay_variant") for item in [rollout["response"]]]

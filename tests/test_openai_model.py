@@ -19,10 +19,9 @@ import ray
 from aiohttp import web
 from ray import serve
 
-from deployments.app import build_app
-from gym_serve.config import AppArgs
-
-from .conftest import example_rows, unique
+from gym_serve.deployments.app import build_app
+from gym_serve.serving.config import AppArgs
+from gym_serve.testing.fixtures import example_rows, unique
 
 pytestmark = pytest.mark.serve
 

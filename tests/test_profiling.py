@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from gym_serve.analysis.profiling import profile
 from gym_serve.errors import InputError
-from gym_serve.profiling import profile
 
 
 def row(task: int, rollout: int, agent: str = "a", **extra: Any) -> dict[str, Any]:
@@ -97,7 +97,7 @@ def test_environments_add_their_answer_key_and_metrics(tmp_path: Path, monkeypat
         async def verify(self, task, response, state) -> float:
             return 0.0
 
-    monkeypatch.setattr("gym_serve.profiling.load_environment_class", lambda name: Graded)
+    monkeypatch.setattr("gym_serve.analysis.profiling.load_environment_class", lambda name: Graded)
     result = profile(collection(tmp_path, ALL), environments={"a": "graded"})
     (agent,) = json.loads(Path(result["aggregate_metrics"]).read_text())
     assert agent["agent_metrics"]["tasks_seen"] == 2.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from gym_serve.prometheus import BUCKETS, RolloutMetrics
+from gym_serve.deployments.ingress.prometheus import BUCKETS, RolloutMetrics
 
 SAMPLE = re.compile(r'[a-z_]+(\{[a-z_]+="(?:[^"\\]|\\.)*"(,[a-z_]+="(?:[^"\\]|\\.)*")*\})? \S+')
 

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 from gym_serve import ReplayModel, run_local
+from gym_serve.analysis.reverify import reverify
 from gym_serve.cli import main
-from gym_serve.jsonl import read_jsonl
-from gym_serve.registry import load_environment_class
-from gym_serve.reverify import reverify
+from gym_serve.environment.registry import load_environment_class
+from gym_serve.wire.jsonl import read_jsonl
 
 
 async def stored(tmp_path: Path, env_name: str, error_rate: float) -> Path:

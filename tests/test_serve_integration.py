@@ -12,12 +12,11 @@ import ray
 from pydantic import BaseModel
 from ray import serve
 
-from deployments.app import build_app
 from gym_serve import Environment, Verdict, tool
-from gym_serve.config import AppArgs
-from gym_serve.driver import RolloutDriver, failures_path
-
-from .conftest import example_rows, unique
+from gym_serve.collect.driver import RolloutDriver, failures_path
+from gym_serve.deployments.app import build_app
+from gym_serve.serving.config import AppArgs
+from gym_serve.testing.fixtures import example_rows, unique
 
 pytestmark = pytest.mark.serve
 

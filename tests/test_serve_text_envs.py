@@ -10,10 +10,10 @@ import asyncio
 import pytest
 from ray import serve
 
-from deployments.app import build_app
-from gym_serve.config import load_serve_config
-
-from .conftest import REPO, example_rows, unique
+from gym_serve.deployments.app import build_app
+from gym_serve.serving.config import load_serve_config
+from gym_serve.testing.fixtures import example_rows, unique
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.serve
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from gym_serve.tokens import check_contiguity
-from gym_serve.tool_parsing import parse_output, render_tool_call
+from gym_serve.wire.hermes import parse_output, render_tool_call
+from gym_serve.wire.tokens import check_contiguity
 
 
 def call(prompt: list[int], generation: list[int], logprobs: list[float] | None = None) -> dict:

@@ -8,7 +8,7 @@ import pytest
 from pydantic import BaseModel
 
 from gym_serve import Environment, tool
-from gym_serve.tools import ToolSpec
+from gym_serve.environment.tools import ToolSpec
 
 
 class Box(BaseModel):

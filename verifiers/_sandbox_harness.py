@@ -1,4 +1,4 @@
-"""Runs inside the sandbox, before and around the untrusted code (see `verifiers.code`).
+"""Runs inside the sandbox, before and around the untrusted code (see `gym_serve.verifiers.code`).
 
 Invoked as `python -I -B _sandbox_harness.py SPEC.json`. It lowers its own
 resource limits first (lowering needs no privilege, and doing it here rather

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from gym_serve import Environment, Response, Task, Verdict
-from verifiers.code import SandboxLimits, extract_code, verify_asserts, verify_stdio
+from gym_serve.verifiers.code import SandboxLimits, extract_code, verify_asserts, verify_stdio
 
 
 class Case(BaseModel):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gym_serve import Response
-from gym_serve.env_check import replay_examples
+from gym_serve.analysis.check import replay_examples
 
 from . import CodeGeneration, CodeTask
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from gym_serve import EnvRunner
-from gym_serve.env_check import replay_examples
+from gym_serve.analysis.check import replay_examples
 
 from . import Counter, CounterTask, SessionCounter
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from gym_serve import Response
-from gym_serve.env_check import replay_examples
+from gym_serve.analysis.check import replay_examples
 
 from . import Weather, weather_in
 

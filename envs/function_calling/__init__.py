@@ -7,7 +7,7 @@ the model should call nothing). The calls are the answer, so they are judged,
 never run: the environment declares no tools and sets `execute_tool_calls =
 False`, and the episode ends at the model's first turn.
 
-The reward is `verifiers.tool_calls`'s: 1.0 when the calls equal the expected
+The reward is `gym_serve.verifiers.tool_calls`'s: 1.0 when the calls equal the expected
 ones as a multiset (same names; arguments equal after normalisation under the
 row's tool schemas, omitted defaults allowed) with none extra, else 0.0.
 `num_expected`, `num_predicted`, `num_correct`, `predicted_calls` (NeMo Gym's
@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from gym_serve import Environment, Response, Task, Verdict
-from verifiers.tool_calls import compare_calls
+from gym_serve.verifiers.tool_calls import compare_calls
 
 
 class FunctionCallTask(Task):

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gym_serve import RolloutError, run_local
-from gym_serve.env_check import replay_examples
-from gym_serve.jsonl import read_jsonl
-from gym_serve.reverify import reverify
-from tests.conftest import REPO, serve_instance, unique  # noqa: F401  (the shared Ray + Serve fixture)
+from gym_serve.analysis.check import replay_examples
+from gym_serve.analysis.reverify import reverify
+from gym_serve.testing.fixtures import unique
+from gym_serve.wire.jsonl import read_jsonl
 
 from . import FunctionCalling
 
@@ -101,10 +102,10 @@ async def test_reverify_rescores_recordings_without_running_their_calls(tmp_path
 async def test_the_app_from_its_yaml_rolls_out_through_handles(serve_instance: None) -> None:
     from ray import serve
 
-    from deployments.app import build_app
-    from gym_serve.config import load_serve_config
+    from gym_serve.deployments.app import build_app
+    from gym_serve.serving.config import load_serve_config
 
-    path = REPO / "deployments" / "function_calling.yaml"
+    path = Path(str(resources.files("gym_serve.deployments") / "function_calling.yaml"))
     (spec,) = load_serve_config(path)
     name = unique(spec.name)
     handle = serve.run(build_app(spec.app_args(str(path))), name=name, route_prefix=None)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gym_serve import ReplayModel, run_local
-from gym_serve.env_check import replay_examples
-from gym_serve.jsonl import read_jsonl
-from tests.conftest import serve_instance  # noqa: F401  (the shared Ray + Serve fixture)
+from gym_serve.analysis.check import replay_examples
+from gym_serve.wire.jsonl import read_jsonl
 
 from . import GridTask, GridWorld
 
@@ -52,8 +51,8 @@ async def test_the_game_runs_through_serve_handles(serve_instance: None) -> None
 
     from ray import serve
 
-    from deployments.app import build_app
-    from gym_serve.config import AppArgs
+    from gym_serve.deployments.app import build_app
+    from gym_serve.serving.config import AppArgs
 
     name = f"grid-{uuid.uuid4().hex[:8]}"
     app = build_app(AppArgs.model_validate({"environment": {"name": "grid_world", "deployment": {"num_replicas": 2}}}))

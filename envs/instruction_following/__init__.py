@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from gym_serve import Environment, Response, Task, Verdict
-from verifiers.instruction_following import check_instructions, make_instructions
+from gym_serve.verifiers.instruction_following import check_instructions, make_instructions
 
 
 class InstructionTask(Task):

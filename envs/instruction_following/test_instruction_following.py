@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gym_serve import EnvError, EnvRunner
-from gym_serve.env_check import replay_examples
+from gym_serve.analysis.check import replay_examples
 
 from . import InstructionFollowing
 

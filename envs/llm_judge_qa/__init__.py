@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from gym_serve import Environment, Response, RolloutError, Task, Verdict
-from verifiers.llm_judge import Judge, JudgeError, judge_equivalence
+from gym_serve.verifiers.llm_judge import Judge, JudgeError, judge_equivalence
 
 
 class QaTask(Task):
@@ -61,7 +61,7 @@ class LlmJudgeQa(Environment):
             if self.config.judge_app:
                 self._judge_client = _HandleJudge(self.config.judge_app)
             else:
-                from gym_serve.replay import ReplayModel
+                from gym_serve.rollout.replay import ReplayModel
 
                 paths = [self.data_dir() / Path(p) for p in self.config.judge_recordings]
                 self._judge_client = ReplayModel(paths, name="replay-judge")

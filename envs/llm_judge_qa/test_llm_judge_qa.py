@@ -7,10 +7,9 @@ from typing import Any
 import pytest
 
 from gym_serve import ReplayModel, Response, RolloutError, run_local
-from gym_serve.env_check import replay_examples
-from gym_serve.jsonl import read_jsonl
-from tests.conftest import serve_instance  # noqa: F401  (the shared Ray + Serve fixture)
-from verifiers.llm_judge import JudgeError, build_judge_request, judge_equivalence, parse_verdict
+from gym_serve.analysis.check import replay_examples
+from gym_serve.verifiers.llm_judge import JudgeError, build_judge_request, judge_equivalence, parse_verdict
+from gym_serve.wire.jsonl import read_jsonl
 
 from . import LlmJudgeQa, QaTask
 
@@ -82,8 +81,8 @@ async def test_the_judge_is_a_model_deployment_and_its_failure_is_judge_error(se
 
     from ray import serve
 
-    from deployments.app import build_app
-    from gym_serve.config import AppArgs
+    from gym_serve.deployments.app import build_app
+    from gym_serve.serving.config import AppArgs
 
     judge_file = str(ENV.data_dir() / "judge_recordings.jsonl")
     name = f"judge-qa-{uuid.uuid4().hex[:8]}"

@@ -10,7 +10,7 @@ profiles use it for majority@k.
 from __future__ import annotations
 
 from gym_serve import Environment, Response, Task, Verdict
-from verifiers.math import verify_math
+from gym_serve.verifiers.math import verify_math
 
 
 class MathTask(Task):

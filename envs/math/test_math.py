@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gym_serve.env_check import replay_examples
+from gym_serve.analysis.check import replay_examples
 
 from . import Math
 

@@ -17,7 +17,7 @@ import re
 from fractions import Fraction
 
 from gym_serve import Environment, Response, Task, Verdict, tool
-from verifiers.code import SandboxLimits, run_python
+from gym_serve.verifiers.code import SandboxLimits, run_python
 
 _NUMBER = r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?"
 LIMITS = SandboxLimits(cpu_s=5, wall_s=10.0, memory_mb=512, output_bytes=16_000)

@@ -10,7 +10,7 @@ last line, or the text of exactly one option).
 from __future__ import annotations
 
 from gym_serve import Environment, Response, Task, Verdict
-from verifiers.multiple_choice import verify_choice
+from gym_serve.verifiers.multiple_choice import verify_choice
 
 
 class ChoiceTask(Task):

@@ -74,7 +74,7 @@ class ReasoningGym(Environment):
         if task.dataset is None:
             if not self.config.trust_row_entry:
                 raise ValueError("the row has no `dataset`, `dataset_config` and `index` to regenerate its task from; "
-                                 "make rows with `python -m envs.reasoning_gym.make_rows`, or set `trust_row_entry: "
+                                 "make rows with `python -m gym_serve.envs.reasoning_gym.make_rows`, or set `trust_row_entry: "
                                  "true` in the environment's config to score by the row's own `answer`")
             name = (task.metadata or {}).get("source_dataset")
             self._check_allowed(name)
@@ -88,7 +88,7 @@ class ReasoningGym(Environment):
             if carried is not None and to_json(carried) != to_json(entry.get(key)):
                 raise ValueError(f"the row's `{key}` differs from what reasoning-gym {RG_VERSION} generates for "
                                  f"`{task.dataset}` index {task.index} with this config: the row was made by another "
-                                 "reasoning-gym version or edited; regenerate it with `envs.reasoning_gym.make_rows`")
+                                 "reasoning-gym version or edited; regenerate it with `gym_serve.envs.reasoning_gym.make_rows`")
         return task.dataset, entry
 
     def _check_allowed(self, name: Any) -> None:

@@ -1,6 +1,6 @@
-"""Write reasoning-gym tasks as NeMo Gym rows, offline: `python -m envs.reasoning_gym.make_rows --dataset NAME ...`.
+"""Write reasoning-gym tasks as NeMo Gym rows, offline: `python -m gym_serve.envs.reasoning_gym.make_rows --dataset NAME ...`.
 
-    python -m envs.reasoning_gym.make_rows --dataset chain_sum --size 1000 --seed 42 \\
+    python -m gym_serve.envs.reasoning_gym.make_rows --dataset chain_sum --size 1000 --seed 42 \\
         --config '{"max_terms": 4}' --output chain_sum.jsonl
 
 Row `i` is entry `i` of `create_dataset(NAME, **config, seed=S, size=N)`: NeMo Gym's
@@ -45,7 +45,7 @@ def make_rows(dataset: str, *, size: int, seed: int, config: dict[str, Any] | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m envs.reasoning_gym.make_rows", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m gym_serve.envs.reasoning_gym.make_rows", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", required=True, help="a reasoning-gym dataset, e.g. chain_sum")
     parser.add_argument("--size", type=int, required=True, help="how many rows (also the dataset's size)")

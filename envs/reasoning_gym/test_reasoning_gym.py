@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gym_serve import EnvRunner, VerifyError
-from gym_serve.env_check import replay_examples
+from gym_serve.analysis.check import replay_examples
 
 from . import ReasoningGym
 from .generation import GenerationError, extract_answer, generate_entry, normalize_config
@@ -131,7 +131,7 @@ def test_make_rows_command_writes_rows_without_the_network(tmp_path: Path) -> No
              "    if event.startswith(('socket.', 'urllib.')):\n"
              "        raise RuntimeError(f'network use: {event}')\n"
              "sys.addaudithook(refuse)\n"
-             "from envs.reasoning_gym.make_rows import main\n"
+             "from gym_serve.envs.reasoning_gym.make_rows import main\n"
              f"sys.exit(main(['--dataset', 'letter_counting', '--size', '3', '--seed', '5', '--output', {str(out)!r},"
              " '--config', '{\"max_words\": 6}']))\n")
     done = subprocess.run([sys.executable, "-c", guard], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -139,6 +139,6 @@ def test_make_rows_command_writes_rows_without_the_network(tmp_path: Path) -> No
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["index"] for r in rows] == [0, 1, 2] and rows[0]["dataset_config"]["max_words"] == 6
     assert rows == list(make_rows("letter_counting", size=3, seed=5, config={"max_words": 6}))
-    bad = subprocess.run([sys.executable, "-m", "envs.reasoning_gym.make_rows", "--dataset", "nope", "--size", "1",
+    bad = subprocess.run([sys.executable, "-m", "gym_serve.envs.reasoning_gym.make_rows", "--dataset", "nope", "--size", "1",
                           "--seed", "1"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown reasoning-gym dataset `nope`" in bad.stderr

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gym_serve import ReplayModel, run_local
-from gym_serve.env_check import replay_examples
-from gym_serve.jsonl import read_jsonl
+from gym_serve.analysis.check import replay_examples
+from gym_serve.wire.jsonl import read_jsonl
 
 from . import Conversation, Persona, SimulatedUser, SupportTask
 

@@ -3,7 +3,7 @@
 Rows are NeMo Gym's `structured_outputs` rows: the schema as JSON text in
 `schema_str` (its older datasets call the field `schema`; both load) and
 `schema_type` (only `json` is scored here). The reward is
-`verifiers.json_schema`'s: 1.0 when the answer (bare JSON, the last ```json
+`gym_serve.verifiers.json_schema`'s: 1.0 when the answer (bare JSON, the last ```json
 block, or the last JSON object in the prose) parses and validates, else 0.0.
 By default the schema is made strict first, as NeMo Gym scores (every
 declared property required, no others); `config: {strict: false}` uses the
@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gym_serve import Environment, Response, Task, Verdict
-from verifiers.json_schema import MAX_CHARS, verify_json
+from gym_serve.verifiers.json_schema import MAX_CHARS, verify_json
 
 
 class SchemaTask(Task):

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gym_serve import RolloutError, run_local
-from gym_serve.env_check import replay_examples
-from gym_serve.jsonl import read_jsonl
-from tests.conftest import REPO, serve_instance, unique  # noqa: F401  (the shared Ray + Serve fixture)
+from gym_serve.analysis.check import replay_examples
+from gym_serve.testing.fixtures import unique
+from gym_serve.wire.jsonl import read_jsonl
 
 from . import StructuredOutputs
 
@@ -86,10 +88,10 @@ async def test_a_bad_row_fails_the_rollout_instead_of_scoring_zero(fields: dict[
 async def test_the_app_from_its_yaml_rolls_out_through_handles(serve_instance: None) -> None:
     from ray import serve
 
-    from deployments.app import build_app
-    from gym_serve.config import load_serve_config
+    from gym_serve.deployments.app import build_app
+    from gym_serve.serving.config import load_serve_config
 
-    path = REPO / "deployments" / "structured_outputs.yaml"
+    path = Path(str(resources.files("gym_serve.deployments") / "structured_outputs.yaml"))
     (spec,) = load_serve_config(path)
     name = unique(spec.name)
     handle = serve.run(build_app(spec.app_args(str(path))), name=name, route_prefix=None)

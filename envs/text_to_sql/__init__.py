@@ -5,7 +5,7 @@ question asks for an order, so row order counts) and `database` (a file in
 this env's `data/`, default `shop.db`). The model's query is the last
 ```sql fenced block of its answer (or the whole answer when it has no fence).
 Both queries run on the database opened read-only, with a timeout, off the
-event loop (`verifiers.sql`).
+event loop (`gym_serve.verifiers.sql`).
 
 Reward: 1.0 when the model's query returns the reference's rows, else 0.0;
 `extracted_sql` and `sql_error` are added to the rollout row.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from gym_serve import Environment, Response, Task, Verdict
-from verifiers.sql import compare_queries
+from gym_serve.verifiers.sql import compare_queries
 
 
 class SqlTask(Task):

@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
-from gym_serve.env_check import replay_examples
-from verifiers.sql import compare_queries
+from gym_serve.analysis.check import replay_examples
+from gym_serve.verifiers.sql import compare_queries
 
 from . import TextToSql, extract_sql
 

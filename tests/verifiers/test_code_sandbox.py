@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from verifiers.code import SandboxLimits, isolation, run_python, verify_asserts, verify_stdio
+from gym_serve.verifiers.code import SandboxLimits, isolation, run_python, verify_asserts, verify_stdio
 
 LIMITS = SandboxLimits(cpu_s=2, wall_s=4.0, memory_mb=256, output_bytes=64_000, max_processes=16)
 ADD = "\ndef add(a, b):\n    return a + b\n"
@@ -200,8 +200,8 @@ def code_row(code: str, i: int) -> dict:
 async def test_a_serve_replica_contains_hostile_code_and_keeps_serving(serve_instance: None) -> None:
     from ray import serve
 
-    from deployments.app import build_app
-    from gym_serve.config import AppArgs
+    from gym_serve.deployments.app import build_app
+    from gym_serve.serving.config import AppArgs
 
     @serve.deployment(name="Model", ray_actor_options={"num_cpus": 0})
     class Echo:

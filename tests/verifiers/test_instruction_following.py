@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from verifiers.instruction_following import (
+from gym_serve.verifiers.instruction_following import (
     INSTRUCTIONS,
     InstructionError,
     check_instructions,

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from verifiers.json_schema import (
+from gym_serve.verifiers.json_schema import (
     InvalidSchemaError,
     JsonParseError,
     extract_json,

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from verifiers.math import extract_answer, verify_math
-from verifiers.multiple_choice import extract_choice, verify_choice
+from gym_serve.verifiers.math import extract_answer, verify_math
+from gym_serve.verifiers.multiple_choice import extract_choice, verify_choice
 
 
 @pytest.mark.parametrize(

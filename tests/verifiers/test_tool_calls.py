@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from verifiers.tool_calls import compare_calls, normalize_arguments
+from gym_serve.verifiers.tool_calls import compare_calls, normalize_arguments
 
 TOOLS = [
     {"type": "function", "name": "get_weather", "parameters": {

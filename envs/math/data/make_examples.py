@@ -5,8 +5,8 @@
 
 import asyncio
 
-from envs._recording import record, says
-from envs.math import Math
+from gym_serve.envs._recording import record, says
+from gym_serve.envs.math import Math
 
 PROBLEMS = [
     ("What is 3/4 + 1/4 - 1/2? Put the final answer in \\boxed{}.", "\\frac{1}{2}",

@@ -5,8 +5,8 @@
 
 import asyncio
 
-from envs._recording import record, says
-from envs.multiple_choice import MultipleChoice
+from gym_serve.envs._recording import record, says
+from gym_serve.envs.multiple_choice import MultipleChoice
 
 QUESTIONS = [
     ("Which technique detects a specific protein in a sample?",

@@ -13,10 +13,10 @@ and the script stops if a right answer does not score 1.0.
 import asyncio
 from collections.abc import Callable
 
-from envs._recording import Scripted, record, says
-from envs.reasoning_gym import ReasoningGym
-from envs.reasoning_gym.make_rows import make_row
 from gym_serve import run_local
+from gym_serve.envs._recording import Scripted, record, says
+from gym_serve.envs.reasoning_gym import ReasoningGym
+from gym_serve.envs.reasoning_gym.make_rows import make_row
 
 SEED, SIZE = 2025, 100
 

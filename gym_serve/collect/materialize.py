@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
+from gym_serve.collect.task_index import TaskIndex
 from gym_serve.errors import InputError
-from gym_serve.jsonl import dumps, scan_jsonl
-from gym_serve.task_index import TaskIndex
+from gym_serve.wire.jsonl import dumps, scan_jsonl
 
 __all__ = ["CollectJob", "Key", "materialize", "rollout_key", "sibling_path"]
 

@@ -6,7 +6,7 @@
   its `_ng_failure_class`.
 - `POST /v1/responses`, `POST /v1/chat/completions`: the Model tier, OpenAI-compatible (token ids, when the
   model gives them, stay on the items as extra fields).
-- `GET /v1/environments`, `GET /healthz`, `GET /metrics` (Prometheus text, see `gym_serve.prometheus`).
+- `GET /v1/environments`, `GET /healthz`, `GET /metrics` (Prometheus text, see `gym_serve.deployments.ingress.prometheus`).
 
 Optional bearer-token auth (the token is read from the environment variable
 the config names; everything but `/healthz` needs it). Bounded: bodies over
@@ -20,14 +20,14 @@ failure row with `_ng_failure_class: timeout`, and its work is cancelled.
 Cancellation: when the client of `/v1/rollouts` goes away, Serve's proxy
 cancels the request, the batch's unfinished rollouts are cancelled, their
 in-flight slots come back at once, and the cancellation travels down the
-handle calls (`gym_serve.batching`) so the agent, model and environment
+handle calls (`gym_serve.serving.batching`) so the agent, model and environment
 replicas stop working on them.
 
 Idempotency: a `/v1/rollouts` request with an `idempotency_key` that repeats
 an earlier request's replays the rollouts that finished then (header
 `Idempotency-Replayed: N`) and runs only the others; a duplicate sent while
 the first still streams gets 409 with `Retry-After`, and the same key with
-another body 422 (`gym_serve.idempotency`, which also says why the cache is
+another body 422 (`gym_serve.deployments.ingress.idempotency`, which also says why the cache is
 per replica).
 """
 
@@ -46,11 +46,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ray import serve
 from starlette.types import Receive, Scope, Send
 
-from gym_serve.batching import MicroBatcher, agent_batcher
-from gym_serve.conversion import chat_request_to_responses, responses_response_to_chat
+from gym_serve.deployments.ingress.idempotency import IdempotencyCache, IdempotencyConflict, IdempotencyMismatch
+from gym_serve.deployments.ingress.prometheus import RolloutMetrics
 from gym_serve.failures import RETRYABLE, classify
-from gym_serve.idempotency import IdempotencyCache, IdempotencyConflict, IdempotencyMismatch
-from gym_serve.prometheus import RolloutMetrics
+from gym_serve.serving.batching import MicroBatcher, agent_batcher
+from gym_serve.wire.chat import chat_request_to_responses, responses_response_to_chat
 
 __all__ = ["IngressArgs", "build_ingress"]
 
@@ -373,5 +373,5 @@ class Ingress:
 
 
 def build_ingress(args: dict[str, Any]) -> Any:
-    """The application builder `serve run` imports (`deployments.ingress:build_ingress`)."""
+    """The application builder `serve run` imports (`gym_serve.deployments.ingress:build_ingress`)."""
     return Ingress.bind(IngressArgs.model_validate(args))

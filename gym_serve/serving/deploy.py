@@ -13,8 +13,8 @@ from typing import Any
 import ray
 from ray import serve
 
-from gym_serve.config import BUILDER, AppSpec, DeploymentOptions
 from gym_serve.errors import ConfigError
+from gym_serve.serving.config import BUILDER, AppSpec, DeploymentOptions
 
 __all__ = ["agent_capacity", "connect", "deploy", "describe_status", "env_apps"]
 

@@ -28,8 +28,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gym_serve.protocol import Response
-from gym_serve.tools import ToolSpec, is_tool
+from gym_serve.environment.tools import ToolSpec, is_tool
+from gym_serve.wire.responses import Response
 
 __all__ = ["Environment", "NoConfig", "Task", "Turn", "Verdict"]
 
@@ -106,7 +106,7 @@ class Environment:
     @classmethod
     def name(cls) -> str:
         """The environment's registered name: its package under `envs/`."""
-        return cls.__module__.split(".")[1] if cls.__module__.startswith("envs.") else cls.__name__
+        return cls.__module__.split(".")[2] if cls.__module__.startswith("gym_serve.envs.") else cls.__name__
 
     @classmethod
     def data_dir(cls) -> Path:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_serve.errors import InputError
-from gym_serve.jsonl import read_jsonl
+from gym_serve.wire.jsonl import read_jsonl
 
 __all__ = ["ReplayModel", "conversation_key"]
 

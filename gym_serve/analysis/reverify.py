@@ -14,10 +14,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from gym_serve.env_runner import EnvRunner
-from gym_serve.jsonl import JsonlWriter, read_jsonl
-from gym_serve.materialize import sibling_path
-from gym_serve.registry import load_environment_class
+from gym_serve.collect.materialize import sibling_path
+from gym_serve.environment.registry import load_environment_class
+from gym_serve.environment.runner import EnvRunner
+from gym_serve.wire.jsonl import JsonlWriter, read_jsonl
 
 __all__ = ["reverify"]
 

@@ -1,6 +1,6 @@
 """Finding environments by name.
 
-An environment named `foo` is the package `envs.foo`, which defines exactly one
+An environment named `foo` is the package `gym_serve.envs.foo`, which defines exactly one
 `Environment` subclass. A name containing `:` is an import path instead
 (`my_pkg.my_module:MyEnv`), for environments that live outside this repository.
 """
@@ -12,7 +12,7 @@ import importlib
 import inspect
 import pkgutil
 
-from gym_serve.environment import Environment
+from gym_serve.environment.core import Environment
 from gym_serve.errors import EnvError
 
 __all__ = ["available_environments", "load_environment_class"]
@@ -21,7 +21,7 @@ __all__ = ["available_environments", "load_environment_class"]
 def available_environments() -> list[str]:
     """The names of the environments under `envs/`."""
     try:
-        package = importlib.import_module("envs")
+        package = importlib.import_module("gym_serve.envs")
     except ImportError:
         return []
     return sorted(info.name for info in pkgutil.iter_modules(package.__path__) if info.ispkg)
@@ -43,7 +43,7 @@ def load_environment_class(name: str) -> type[Environment]:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" Did you mean `{close[0]}`?" if close else f" Known environments: {', '.join(known) or 'none'}."
         raise EnvError(f"unknown environment `{name}`.{hint}")
-    module = importlib.import_module(f"envs.{name}")
+    module = importlib.import_module(f"gym_serve.envs.{name}")
     classes = [
         obj
         for obj in vars(module).values()
@@ -51,5 +51,5 @@ def load_environment_class(name: str) -> type[Environment]:
     ]
     if len(classes) != 1:
         found = ", ".join(c.__name__ for c in classes) or "none"
-        raise EnvError(f"package `envs.{name}` must export exactly one Environment subclass, found: {found}")
+        raise EnvError(f"package `gym_serve.envs.{name}` must export exactly one Environment subclass, found: {found}")
     return classes[0]

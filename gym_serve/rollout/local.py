@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gym_serve.agent import AgentConfig, ModelClient, run_episode
-from gym_serve.env_runner import EnvRunner
-from gym_serve.environment import Environment
+from gym_serve.environment.core import Environment
+from gym_serve.environment.runner import EnvRunner
+from gym_serve.rollout.loop import AgentConfig, ModelClient, run_episode
 
 __all__ = ["run_local"]
 

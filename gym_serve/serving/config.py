@@ -1,11 +1,11 @@
-"""Application config: the `args` of `deployments.app:build_app`, and Serve YAML files.
+"""Application config: the `args` of `gym_serve.deployments.app:build_app`, and Serve YAML files.
 
 The deployment format is Ray Serve's own config file, so the same YAML runs
 with `serve run`, `serve deploy` and `gym-serve up`::
 
     applications:
     - name: example_single_tool_call          # also the agent's name (`agent_ref.name`)
-      import_path: deployments.app:build_app
+      import_path: gym_serve.deployments.app:build_app
       route_prefix: /example_single_tool_call
       args:
         environment: {name: example_single_tool_call}
@@ -18,7 +18,7 @@ with `serve run`, `serve deploy` and `gym-serve up`::
 Each tier (`Agent`, `Environment`, `Model`) is a deployment of its own, with
 its own replicas, autoscaling, `max_ongoing_requests` and
 `max_queued_requests`: set them under the tier's `deployment:` key in `args`,
-or in Serve's `deployments:` list (which wins, as under `serve run`).
+or in Serve's `gym_serve.deployments:` list (which wins, as under `serve run`).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from gym_serve.agent import AgentConfig
+from gym_serve.environment.registry import load_environment_class
 from gym_serve.errors import ConfigError, EnvError
-from gym_serve.registry import load_environment_class
-from gym_serve.synthetic import Latency
+from gym_serve.rollout.loop import AgentConfig
+from gym_serve.testing.synthetic import Latency
 
 __all__ = [
     "AgentArgs",
@@ -52,7 +52,7 @@ __all__ = [
     "load_serve_config",
 ]
 
-BUILDER = "deployments.app:build_app"
+BUILDER = "gym_serve.deployments.app:build_app"
 
 TIERS = {"Agent": "agent", "Environment": "environment", "Model": "model"}
 """Deployment name → the key of its args in `AppArgs`."""
@@ -75,7 +75,7 @@ class DeploymentOptions(BaseModel):
         """These options over `defaults`, with autoscaling replacing a fixed replica count.
 
         `autoscaling_defaults` fill in what an `autoscaling_config` leaves out (the
-        batched tiers' policy, see `gym_serve.autoscaling`).
+        batched tiers' policy, see `gym_serve.serving.autoscaling`).
         """
         options = {**defaults, **self.model_dump(exclude_none=True)}
         if "autoscaling_config" in options:
@@ -228,7 +228,7 @@ class AppSpec(BaseModel):
     deployments: list[dict[str, Any]] = Field(default_factory=list)
 
     def app_args(self, source: str = "<config>") -> AppArgs:
-        """`args` with the `deployments:` overrides folded in, validated."""
+        """`args` with the `gym_serve.deployments:` overrides folded in, validated."""
         args = copy.deepcopy(self.args)
         for override in self.deployments:
             override = dict(override)

@@ -8,7 +8,7 @@ plain transformers forward pass load the *same* weights. The model is
 untrained: what it says is noise, but its token ids and log-probabilities
 are real, which is what the token-fidelity tests need.
 
-    python -m gym_serve.tiny_model /tmp/tiny-model
+    python -m gym_serve.testing.tiny_model /tmp/tiny-model
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 MARKUP = ["<tool_call>", "</tool_call>", "<think>", "</think>"]
 
 # Each turn is `\n<|im_start|>role\n...<|im_end|>`: an assistant turn ends exactly at its stop token, so the
-# next prompt extends the sampled ids by what follows (see gym_serve/tokens.py).
+# next prompt extends the sampled ids by what follows (see gym_serve/wire/tokens.py).
 CHAT_TEMPLATE = """\
 {%- set first = messages[0] if messages else none -%}
 {%- if tools -%}

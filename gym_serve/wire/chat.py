@@ -23,7 +23,7 @@ import time
 import uuid
 from typing import Any
 
-from gym_serve.tokens import TOKEN_FIELDS
+from gym_serve.wire.tokens import TOKEN_FIELDS
 
 __all__ = [
     "chat_request_to_responses",

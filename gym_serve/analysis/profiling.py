@@ -27,12 +27,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from gym_serve.environment import Environment
+from gym_serve.analysis.metrics import numeric_fields, pass_metrics, summary_stats
+from gym_serve.collect.materialize import Key, sibling_path
+from gym_serve.environment.core import Environment
+from gym_serve.environment.registry import load_environment_class
 from gym_serve.errors import InputError
-from gym_serve.jsonl import read_jsonl
-from gym_serve.materialize import Key, sibling_path
-from gym_serve.metrics import numeric_fields, pass_metrics, summary_stats
-from gym_serve.registry import load_environment_class
+from gym_serve.wire.jsonl import read_jsonl
 
 __all__ = ["profile"]
 
@@ -76,7 +76,7 @@ def profile(rollouts_path: str | Path, inputs_path: str | Path | None = None, *,
                   for agent in sorted({agent for agent, _ in expected_per_task})]
     metrics_path = sibling_path(rollouts_path, "aggregate_metrics.json")
     metrics_path.write_text(json.dumps(aggregates, indent=2))
-    from gym_serve.plots import plot_rewards
+    from gym_serve.analysis.plots import plot_rewards
 
     plot_path = plot_rewards(by_task, sibling_path(rollouts_path, "rewards.png"))
     return {"reward_profiling": str(profile_path), "aggregate_metrics": str(metrics_path), "plot": str(plot_path),

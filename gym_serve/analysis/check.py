@@ -22,13 +22,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gym_serve.config import BUILDER, AppSpec, load_serve_config
-from gym_serve.environment import Environment
+from gym_serve.environment.core import Environment
+from gym_serve.environment.registry import load_environment_class
 from gym_serve.errors import InputError
-from gym_serve.jsonl import read_jsonl, scan_jsonl
-from gym_serve.local import run_local
-from gym_serve.registry import load_environment_class
-from gym_serve.replay import ReplayModel, _conversation, _prompt, conversation_key
+from gym_serve.rollout.local import run_local
+from gym_serve.rollout.replay import ReplayModel, _conversation, _prompt, conversation_key
+from gym_serve.serving.config import BUILDER, AppSpec, load_serve_config
+from gym_serve.wire.jsonl import read_jsonl, scan_jsonl
 
 __all__ = ["EnvReport", "check_environment", "replay_examples"]
 
@@ -163,7 +163,7 @@ def _recorded_rewards(cls: type, report: EnvReport) -> dict[str, tuple[float, fl
 
 def _specs(name: str) -> tuple[list[AppSpec], str]:
     """The environment's own Serve config (helper apps included), or a plain one, and the env app's name."""
-    config = resources.files("deployments") / f"{name}.yaml"
+    config = resources.files("gym_serve.deployments") / f"{name}.yaml"
     if config.is_file():
         specs = load_serve_config(Path(str(config)))
         env_apps = [s for s in specs if s.import_path == BUILDER and (s.args.get("environment") or {}).get("name") == name]
@@ -183,7 +183,7 @@ async def _through_serve(name: str, rows: list[tuple[int, dict[str, Any]]], repo
                          verify_budget_s: float, rollout_timeout_s: float, address: str | None) -> None:
     from ray import serve
 
-    from gym_serve import serving
+    from gym_serve.serving import deploy as serving
 
     specs, env_app = _specs(name)
     helpers = [s.model_copy(update={"route_prefix": None}) for s in specs if s.name != env_app]

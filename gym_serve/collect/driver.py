@@ -1,6 +1,6 @@
 """The rollout driver: a Ray actor that fans rollouts out to agent applications.
 
-It reads input rows lazily (`gym_serve.materialize`), writes each rollout row
+It reads input rows lazily (`gym_serve.collect.materialize`), writes each rollout row
 to `<out>_materialized_inputs.jsonl` before dispatching it, keeps in flight at
 most what the agent tier can hold (an `AdaptiveWindow` that shrinks when Serve
 pushes back), and appends every finished rollout to the output at once.
@@ -11,7 +11,7 @@ Nothing is dropped: a bad row is written to `<out>_failures.jsonl` as
 backoff and jitter if its failure is retryable (a replica died, back-pressure,
 a timeout, a model endpoint error) and written as a failure row otherwise.
 Every rollout attempt has a deadline. `resume` continues from the files on
-disk (`gym_serve.resume`) without running a finished key again.
+disk (`gym_serve.collect.resume`) without running a finished key again.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from typing import Any
 import ray
 from pydantic import BaseModel, Field
 
-from gym_serve.batching import MicroBatcher, agent_batcher
+from gym_serve.collect.materialize import CollectJob, Key, materialize, rollout_key, sibling_path
+from gym_serve.collect.resume import Progress, load_progress
+from gym_serve.collect.window import AdaptiveWindow
 from gym_serve.errors import InputError
 from gym_serve.failures import RETRYABLE, classify
-from gym_serve.jsonl import JsonlWriter
-from gym_serve.materialize import CollectJob, Key, materialize, rollout_key, sibling_path
-from gym_serve.resume import Progress, load_progress
-from gym_serve.window import AdaptiveWindow
+from gym_serve.serving.batching import MicroBatcher, agent_batcher
+from gym_serve.wire.jsonl import JsonlWriter
 
 __all__ = ["Collection", "CollectJob", "CollectSummary", "RolloutDriver", "failures_path", "write_ordered"]
 
@@ -275,7 +275,7 @@ class RolloutDriver:
         return (await self._collection.run()).model_dump()
 
     async def _call(self, agent: str, row: dict[str, Any]) -> dict[str, Any]:
-        """Rows go to an agent in micro-batches, one streaming Serve request per batch (`gym_serve.batching`)."""
+        """Rows go to an agent in micro-batches, one streaming Serve request per batch (`gym_serve.serving.batching`)."""
         batcher = self._batchers.get(agent)
         if batcher is None:
             batcher = self._batchers[agent] = agent_batcher(agent)

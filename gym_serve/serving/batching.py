@@ -19,7 +19,7 @@ otherwise it waits for company, at most 5 % of the calls' observed latency and
 never more than `max_wait_s`. Batching thus adds at most 5 % to a call's latency.
 
 With `parts`, each turn's calls are split into that many requests (one per
-replica of the target: `gym_serve.replica_count`), so that Serve's router
+replica of the target: `gym_serve.serving.replica_count`), so that Serve's router
 spreads a turn's work over the replicas instead of giving it all to one.
 
 When every caller of a batch has given up (cancelled: a client went away, a
@@ -140,7 +140,7 @@ def agent_batcher(agent: str) -> MicroBatcher[dict[str, Any], dict[str, Any]]:
     """
     from ray import serve
 
-    from gym_serve.replica_count import replica_counts
+    from gym_serve.serving.replica_count import replica_counts
 
     run_batch = serve.get_app_handle(agent).options(stream=True).run_batch
     return MicroBatcher(lambda rows: run_batch.remote(rows), max_size=32,

@@ -16,7 +16,7 @@ import re
 import uuid
 from typing import Any
 
-from gym_serve.conversion import split_think
+from gym_serve.wire.chat import split_think
 
 __all__ = ["parse_output", "render_tool_call"]
 

@@ -17,10 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from gym_serve.environment import Environment, Verdict
+from gym_serve.environment.core import Environment, Verdict
+from gym_serve.environment.tools import ToolSpec
 from gym_serve.errors import EnvError, RolloutError, VerifyError
-from gym_serve.protocol import Response
-from gym_serve.tools import ToolSpec
+from gym_serve.wire.responses import Response
 
 __all__ = ["EnvRunner"]
 

@@ -1,0 +1,1 @@
+"""After (and around) a collection: reward profiles, pass@k metrics, plots, re-scoring, environment checks."""

@@ -1,0 +1,1 @@
+"""Collections: the rollout driver actor, input materialization, resume, and the in-flight window."""

@@ -1,0 +1,42 @@
+"""pytest fixtures for environment authors and gym-serve's own tests: one Ray + Serve instance per module.
+
+Load them with `pytest_plugins = ["gym_serve.testing.fixtures"]` in a `conftest.py`
+(the repository's root conftest does), then ask for `serve_instance` in a test.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gym_serve.environment.registry import load_environment_class
+
+__all__ = ["example_rows", "serve_instance", "unique"]
+
+
+@pytest.fixture(scope="module")
+def serve_instance() -> Iterator[None]:
+    """A local Ray instance with Serve (no HTTP proxy), shut down when the module's tests end."""
+    import ray
+    from ray import serve
+
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    serve.start(proxy_location="Disabled")
+    yield
+    serve.shutdown()
+    ray.shutdown()
+
+
+def unique(prefix: str) -> str:
+    """An application name no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def example_rows(env_name: str) -> list[dict[str, Any]]:
+    """The rows of an environment's `data/example.jsonl`."""
+    path = load_environment_class(env_name).data_dir() / "example.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
