@@ -42,8 +42,14 @@ import ray
 from ray import serve
 
 TIERS = ("Agent", "Environment", "Model")
-AUTOSCALING = {"min_replicas": 1, "max_replicas": 8, "upscale_delay_s": 1.0, "downscale_delay_s": 5.0,
-               "look_back_period_s": 2.0, "metrics_interval_s": 0.5}
+AUTOSCALING = {
+    "min_replicas": 1,
+    "max_replicas": 8,
+    "upscale_delay_s": 1.0,
+    "downscale_delay_s": 5.0,
+    "look_back_period_s": 2.0,
+    "metrics_interval_s": 0.5,
+}
 SLOW_S, PER_REPLICA = 0.5, 2
 SCENARIOS: dict[str, dict[str, Any]] = {
     "slow_verifier": {
@@ -83,12 +89,18 @@ async def drive(app: str, schedule: list[tuple[float, int]], t0: float) -> list[
 def run_scenario(name: str, hold_s: float) -> dict[str, Any]:
     spec = SCENARIOS[name]
     app = f"autoscale-{name}"
-    harness.deploy(harness.weather_app(
-        app, model=spec["model"], env=spec["env"],
-        # targets in calls in flight per replica: what one slow replica serves at once,
-        # and far more for the agent, whose rollouts mostly wait on the other tiers
-        env_deployment=deployment(PER_REPLICA), model_deployment=deployment(PER_REPLICA),
-        agent_deployment=deployment(512)))
+    harness.deploy(
+        harness.weather_app(
+            app,
+            model=spec["model"],
+            env=spec["env"],
+            # targets in calls in flight per replica: what one slow replica serves at once,
+            # and far more for the agent, whose rollouts mostly wait on the other tiers
+            env_deployment=deployment(PER_REPLICA),
+            model_deployment=deployment(PER_REPLICA),
+            agent_deployment=deployment(512),
+        )
+    )
     schedule = ramp(hold_s)
     poller = harness.Poller(lambda: harness.replicas(app), interval_s=0.5)
     with poller.running():
@@ -98,8 +110,14 @@ def run_scenario(name: str, hold_s: float) -> dict[str, Any]:
     return analyse(name, spec["slow_tier"], one_replica, schedule, poller.samples, finished)
 
 
-def analyse(name: str, slow_tier: str, one_replica: float, schedule: list[tuple[float, int]],
-            replicas: list[tuple[float, dict[str, int]]], finished: list[tuple[float, float]]) -> dict[str, Any]:
+def analyse(
+    name: str,
+    slow_tier: str,
+    one_replica: float,
+    schedule: list[tuple[float, int]],
+    replicas: list[tuple[float, dict[str, int]]],
+    finished: list[tuple[float, float]],
+) -> dict[str, Any]:
     """Timelines and the numbers the issue asks for; `one_replica` is one slow replica's rollouts/s."""
     load_end = sum(seconds for seconds, clients in schedule if clients)
     hold_start = sum(seconds for seconds, _ in schedule[:3])
@@ -121,14 +139,19 @@ def analyse(name: str, slow_tier: str, one_replica: float, schedule: list[tuple[
     steady = [len(b) for s, b in enumerate(per_second) if (hold_start + hold_end) / 2 <= s < hold_end]
     steady_rate = statistics.mean(steady) if steady else None
     return {
-        "scenario": name, "slow_tier": slow_tier, "schedule": schedule, "autoscaling": AUTOSCALING,
+        "scenario": name,
+        "slow_tier": slow_tier,
+        "schedule": schedule,
+        "autoscaling": AUTOSCALING,
         "peak_replicas": {tier: max(timeline["replicas"][tier]) for tier in TIERS},
-        "scale_up_first_s": first_up, "scale_up_to_peak_s": at_peak,
+        "scale_up_first_s": first_up,
+        "scale_up_to_peak_s": at_peak,
         "scale_down_after_load_s": (back_down - load_end) if back_down is not None else None,
         "steady_rollouts_per_s": steady_rate,
         "one_replica_rollouts_per_s": one_replica,
         "scaling_efficiency": steady_rate / (peak * one_replica) if steady_rate else None,
-        "rollouts": len(finished), "timeline": timeline,
+        "rollouts": len(finished),
+        "timeline": timeline,
     }
 
 
@@ -174,12 +197,41 @@ def main() -> None:
     base = harness.write_result("autoscaling", {"results": results})
     for result in results:
         plot(result, base.with_name(f"{base.name}-{result['scenario']}.png"))
-    rows = [[r["scenario"], r["slow_tier"], r["peak_replicas"]["Agent"], r["peak_replicas"]["Environment"],
-             r["peak_replicas"]["Model"], r["scale_up_first_s"], r["scale_up_to_peak_s"],
-             r["scale_down_after_load_s"], r["steady_rollouts_per_s"], r["one_replica_rollouts_per_s"],
-             r["scaling_efficiency"]] for r in results]
-    print("\n" + harness.table(["scenario", "slow tier", "Agent max", "Env max", "Model max", "first up s",
-                                "peak at s", "down after s", "steady/s", "1 replica/s", "efficiency"], rows))
+    rows = [
+        [
+            r["scenario"],
+            r["slow_tier"],
+            r["peak_replicas"]["Agent"],
+            r["peak_replicas"]["Environment"],
+            r["peak_replicas"]["Model"],
+            r["scale_up_first_s"],
+            r["scale_up_to_peak_s"],
+            r["scale_down_after_load_s"],
+            r["steady_rollouts_per_s"],
+            r["one_replica_rollouts_per_s"],
+            r["scaling_efficiency"],
+        ]
+        for r in results
+    ]
+    print(
+        "\n"
+        + harness.table(
+            [
+                "scenario",
+                "slow tier",
+                "Agent max",
+                "Env max",
+                "Model max",
+                "first up s",
+                "peak at s",
+                "down after s",
+                "steady/s",
+                "1 replica/s",
+                "efficiency",
+            ],
+            rows,
+        )
+    )
     print(f"-> {base}.json, {base.name}-<scenario>.png")
 
 

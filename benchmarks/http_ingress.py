@@ -59,11 +59,16 @@ def main() -> None:
 
     port = free_port()
     serving.connect("local")
-    ingress = {"name": "ingress", "route_prefix": "/", "import_path": "gym_serve.deployments.ingress:build_ingress",
-               "args": {"agents": [APP], "default_agent": APP}}
+    ingress = {
+        "name": "ingress",
+        "route_prefix": "/",
+        "import_path": "gym_serve.deployments.ingress:build_ingress",
+        "args": {"agents": [APP], "default_agent": APP},
+    }
     app = harness.weather_app(APP, model={"kind": "replay"}, env_name="example_single_tool_call")
-    serving.deploy([AppSpec.model_validate(a) for a in (app, ingress)], source="<benchmark>", http=True,
-                   http_port=port)
+    serving.deploy(
+        [AppSpec.model_validate(a) for a in (app, ingress)], source="<benchmark>", http=True, http_port=port
+    )
     work = Path(tempfile.mkdtemp(prefix="gym-serve-http-"))
     source = harness.rows_file(work / "in.jsonl", args.rollouts)
     rows = [json.loads(line) for line in source.read_text().splitlines()]
@@ -76,27 +81,57 @@ def main() -> None:
         started = time.perf_counter()
         done, failed = asyncio.run(over_http(url, rows, args.in_flight))
         seconds = time.perf_counter() - started
-        runs["http"].append({"rollouts": done, "failures": failed, "rollouts_per_s": done / seconds,
-                             "cpu_ms_per_rollout": 1000 * harness.cpu_since(cpu) / done})
-        summary, _ = harness.collect({"input_path": str(source), "output_path": str(work / "out.jsonl"),
-                                      "agents": [APP], "default_agent": APP, "concurrency": args.in_flight})
-        runs["driver"].append({"rollouts": summary["rollouts"], "failures": summary["failures"],
-                               "rollouts_per_s": summary["rollouts_per_s"],
-                               "cpu_ms_per_rollout": 1000 * summary["cpu_s"] / summary["rollouts"]})
-        print(f"http {runs['http'][-1]['rollouts_per_s']:.1f}/s, driver {runs['driver'][-1]['rollouts_per_s']:.1f}/s",
-              flush=True)
+        runs["http"].append(
+            {
+                "rollouts": done,
+                "failures": failed,
+                "rollouts_per_s": done / seconds,
+                "cpu_ms_per_rollout": 1000 * harness.cpu_since(cpu) / done,
+            }
+        )
+        summary, _ = harness.collect(
+            {
+                "input_path": str(source),
+                "output_path": str(work / "out.jsonl"),
+                "agents": [APP],
+                "default_agent": APP,
+                "concurrency": args.in_flight,
+            }
+        )
+        runs["driver"].append(
+            {
+                "rollouts": summary["rollouts"],
+                "failures": summary["failures"],
+                "rollouts_per_s": summary["rollouts_per_s"],
+                "cpu_ms_per_rollout": 1000 * summary["cpu_s"] / summary["rollouts"],
+            }
+        )
+        print(
+            f"http {runs['http'][-1]['rollouts_per_s']:.1f}/s, driver {runs['driver'][-1]['rollouts_per_s']:.1f}/s",
+            flush=True,
+        )
     ray.shutdown()
 
-    medians = {path: {k: statistics.median(r[k] for r in results) for k in results[0]}
-               for path, results in runs.items()}
-    base = harness.write_result("http_ingress", {"rollouts": args.rollouts, "in_flight": args.in_flight,
-                                                 "medians": medians, "runs": runs})
-    print("\n" + harness.table(
-        ["path", "rollouts", "failures", "rollouts/s", "CPU-ms/rollout"],
-        [[path, m["rollouts"], m["failures"], m["rollouts_per_s"], m["cpu_ms_per_rollout"]]
-         for path, m in medians.items()]))
-    print(f"HTTP / in-process: {medians['http']['rollouts_per_s'] / medians['driver']['rollouts_per_s']:.2f} "
-          f"(median of {args.repeats}) -> {base}.json")
+    medians = {
+        path: {k: statistics.median(r[k] for r in results) for k in results[0]} for path, results in runs.items()
+    }
+    base = harness.write_result(
+        "http_ingress", {"rollouts": args.rollouts, "in_flight": args.in_flight, "medians": medians, "runs": runs}
+    )
+    print(
+        "\n"
+        + harness.table(
+            ["path", "rollouts", "failures", "rollouts/s", "CPU-ms/rollout"],
+            [
+                [path, m["rollouts"], m["failures"], m["rollouts_per_s"], m["cpu_ms_per_rollout"]]
+                for path, m in medians.items()
+            ],
+        )
+    )
+    print(
+        f"HTTP / in-process: {medians['http']['rollouts_per_s'] / medians['driver']['rollouts_per_s']:.2f} "
+        f"(median of {args.repeats}) -> {base}.json"
+    )
 
 
 if __name__ == "__main__":

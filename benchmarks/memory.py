@@ -45,20 +45,50 @@ def main() -> None:
     harness.start()
     app = "memory"
     harness.deploy(harness.weather_app(app, model={"kind": "replay"}, env_name="example_single_tool_call"))
-    summary, samples = harness.collect({"input_path": str(source), "output_path": str(work / "out.jsonl"),
-                                        "agents": [app], "default_agent": app, "concurrency": args.concurrency},
-                                       sample_every_s=1.0)
+    summary, samples = harness.collect(
+        {
+            "input_path": str(source),
+            "output_path": str(work / "out.jsonl"),
+            "agents": [app],
+            "default_agent": app,
+            "concurrency": args.concurrency,
+        },
+        sample_every_s=1.0,
+    )
     ray.shutdown()
 
     result = analyse(summary, samples)
-    base = harness.write_result("memory", {"rows": args.rows, "concurrency": args.concurrency, **result,
-                                           "samples": samples})
+    base = harness.write_result(
+        "memory", {"rows": args.rows, "concurrency": args.concurrency, **result, "samples": samples}
+    )
     plot(samples, base.with_suffix(".png"))
-    print("\n" + harness.table(
-        ["rollouts", "failures", "rollouts/s", "RSS start MB", "RSS @10% MB", "RSS end MB", "RSS max MB",
-         "MB per 100k after 10%"],
-        [[result["rollouts"], result["failures"], result["rollouts_per_s"], result["rss_start_mb"],
-          result["rss_at_10pct_mb"], result["rss_end_mb"], result["rss_max_mb"], result["growth_mb_per_100k"]]]))
+    print(
+        "\n"
+        + harness.table(
+            [
+                "rollouts",
+                "failures",
+                "rollouts/s",
+                "RSS start MB",
+                "RSS @10% MB",
+                "RSS end MB",
+                "RSS max MB",
+                "MB per 100k after 10%",
+            ],
+            [
+                [
+                    result["rollouts"],
+                    result["failures"],
+                    result["rollouts_per_s"],
+                    result["rss_start_mb"],
+                    result["rss_at_10pct_mb"],
+                    result["rss_end_mb"],
+                    result["rss_max_mb"],
+                    result["growth_mb_per_100k"],
+                ]
+            ],
+        )
+    )
     shutil.rmtree(work)  # gigabytes of rollouts at full size
     print(f"-> {base}.json, .png")
 
@@ -69,10 +99,16 @@ def analyse(summary: dict[str, Any], samples: list[dict[str, float]]) -> dict[st
     after = [s for s in running if s["done"] >= 0.1 * total]
     first, last = after[0], after[-1]
     growth = (last["rss_mb"] - first["rss_mb"]) / max(1.0, (last["done"] - first["done"]) / 100_000)
-    return {"rollouts": summary["rollouts"], "failures": summary["failures"],
-            "rollouts_per_s": summary["rollouts_per_s"], "rss_start_mb": running[0]["rss_mb"],
-            "rss_at_10pct_mb": first["rss_mb"], "rss_end_mb": last["rss_mb"],
-            "rss_max_mb": max(s["rss_mb"] for s in running), "growth_mb_per_100k": growth}
+    return {
+        "rollouts": summary["rollouts"],
+        "failures": summary["failures"],
+        "rollouts_per_s": summary["rollouts_per_s"],
+        "rss_start_mb": running[0]["rss_mb"],
+        "rss_at_10pct_mb": first["rss_mb"],
+        "rss_end_mb": last["rss_mb"],
+        "rss_max_mb": max(s["rss_mb"] for s in running),
+        "growth_mb_per_100k": growth,
+    }
 
 
 def plot(samples: list[dict[str, float]], path: Path) -> None:

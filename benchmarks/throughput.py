@@ -48,15 +48,30 @@ def guess_latency(model: str) -> float:
 
 def run_once(work: Path, app: str, concurrency: int, n: int) -> dict[str, Any]:
     source = harness.rows_file(work / f"in-{n}.jsonl", n)
-    summary, samples = harness.collect({"input_path": str(source), "output_path": str(work / "out.jsonl"),
-                                        "agents": [app], "default_agent": app, "concurrency": concurrency})
+    summary, samples = harness.collect(
+        {
+            "input_path": str(source),
+            "output_path": str(work / "out.jsonl"),
+            "agents": [app],
+            "default_agent": app,
+            "concurrency": concurrency,
+        }
+    )
     wall, cpu = summary["elapsed_s"], summary["cpu_s"]
     done = summary["rollouts"]
-    return {"rollouts": done, "failures": summary["failures"], "seconds": wall, "rollouts_per_s": done / wall,
-            "steady_rollouts_per_s": harness.steady_rate(samples), "cpu_ms_per_rollout": 1000 * cpu / done,
-            "p50_ms": 1000 * summary["latency_p50_s"], "p95_ms": 1000 * summary["latency_p95_s"],
-            "p99_ms": 1000 * summary["latency_p99_s"], "driver_rss_mb_max": max(s["rss_mb"] for s in samples),
-            "driver_rss_mb_first": samples[0]["rss_mb"]}
+    return {
+        "rollouts": done,
+        "failures": summary["failures"],
+        "seconds": wall,
+        "rollouts_per_s": done / wall,
+        "steady_rollouts_per_s": harness.steady_rate(samples),
+        "cpu_ms_per_rollout": 1000 * cpu / done,
+        "p50_ms": 1000 * summary["latency_p50_s"],
+        "p95_ms": 1000 * summary["latency_p95_s"],
+        "p99_ms": 1000 * summary["latency_p99_s"],
+        "driver_rss_mb_max": max(s["rss_mb"] for s in samples),
+        "driver_rss_mb_first": samples[0]["rss_mb"],
+    }
 
 
 def measure(model: str, concurrencies: list[int], seconds: float, repeats: int, work: Path) -> list[dict[str, Any]]:
@@ -73,11 +88,21 @@ def measure(model: str, concurrencies: list[int], seconds: float, repeats: int, 
         if concurrency == 1:
             latency = statistics.median(r["p50_ms"] for r in runs) / 1000
         steady = median["steady_rollouts_per_s"] or median["rollouts_per_s"]
-        results.append({"model": model, "concurrency": concurrency, "median": median, "runs": runs,
-                        "unloaded_latency_s": latency, "littles_law_efficiency": steady / (concurrency / latency)})
-        print(f"{model:>14} c={concurrency:<5} {median['rollouts_per_s']:8.1f} rollouts/s (steady {steady:8.1f}), "
-              f"{median['cpu_ms_per_rollout']:.2f} CPU-ms, efficiency {results[-1]['littles_law_efficiency']:.2f}",
-              flush=True)
+        results.append(
+            {
+                "model": model,
+                "concurrency": concurrency,
+                "median": median,
+                "runs": runs,
+                "unloaded_latency_s": latency,
+                "littles_law_efficiency": steady / (concurrency / latency),
+            }
+        )
+        print(
+            f"{model:>14} c={concurrency:<5} {median['rollouts_per_s']:8.1f} rollouts/s (steady {steady:8.1f}), "
+            f"{median['cpu_ms_per_rollout']:.2f} CPU-ms, efficiency {results[-1]['littles_law_efficiency']:.2f}",
+            flush=True,
+        )
     serve.delete(app)
     return results
 
@@ -95,16 +120,48 @@ def main() -> None:
     results = [r for model in args.models for r in measure(model, args.concurrency, args.seconds, args.repeats, work)]
     ray.shutdown()
 
-    base = harness.write_result("throughput", {
-        "workload": "weather task (2 model turns, 1 tool call, verify); replay or synthetic model",
-        "repeats": args.repeats, "results": results})
+    base = harness.write_result(
+        "throughput",
+        {
+            "workload": "weather task (2 model turns, 1 tool call, verify); replay or synthetic model",
+            "repeats": args.repeats,
+            "results": results,
+        },
+    )
     plot(results, base.with_suffix(".png"))
-    rows = [[r["model"], r["concurrency"], r["median"]["rollouts_per_s"],
-             r["median"]["steady_rollouts_per_s"], r["median"]["cpu_ms_per_rollout"], r["median"]["p50_ms"],
-             r["median"]["p95_ms"], r["median"]["p99_ms"], r["littles_law_efficiency"],
-             r["median"]["driver_rss_mb_max"]] for r in results]
-    print("\n" + harness.table(["model", "in flight", "rollouts/s", "steady/s", "CPU-ms", "p50 ms", "p95 ms",
-                                "p99 ms", "Little eff.", "driver MB"], rows))
+    rows = [
+        [
+            r["model"],
+            r["concurrency"],
+            r["median"]["rollouts_per_s"],
+            r["median"]["steady_rollouts_per_s"],
+            r["median"]["cpu_ms_per_rollout"],
+            r["median"]["p50_ms"],
+            r["median"]["p95_ms"],
+            r["median"]["p99_ms"],
+            r["littles_law_efficiency"],
+            r["median"]["driver_rss_mb_max"],
+        ]
+        for r in results
+    ]
+    print(
+        "\n"
+        + harness.table(
+            [
+                "model",
+                "in flight",
+                "rollouts/s",
+                "steady/s",
+                "CPU-ms",
+                "p50 ms",
+                "p95 ms",
+                "p99 ms",
+                "Little eff.",
+                "driver MB",
+            ],
+            rows,
+        )
+    )
     print(f"(median of {args.repeats}) -> {base}.json, .png")
 
 
@@ -114,8 +171,12 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     for model in dict.fromkeys(r["model"] for r in results):
         mine = [r for r in results if r["model"] == model]
         xs = [r["concurrency"] for r in mine]
-        rate.plot(xs, [r["median"]["steady_rollouts_per_s"] or r["median"]["rollouts_per_s"] for r in mine], "o-",
-                  label=model)
+        rate.plot(
+            xs,
+            [r["median"]["steady_rollouts_per_s"] or r["median"]["rollouts_per_s"] for r in mine],
+            "o-",
+            label=model,
+        )
         cpu.plot(xs, [r["median"]["cpu_ms_per_rollout"] for r in mine], "s--", label=model)
     for ax, label in ((rate, "rollouts/s (steady)"), (cpu, "CPU-ms per rollout")):
         ax.set_xscale("log", base=2)

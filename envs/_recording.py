@@ -26,13 +26,24 @@ Example = tuple[dict[str, Any], Turns, Turns]
 
 
 def message(text: str, item_id: str = "0") -> Item:
-    return {"type": "message", "id": f"msg_{item_id}", "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    return {
+        "type": "message",
+        "id": f"msg_{item_id}",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
 
 
 def call(name: str, args: dict[str, Any], call_id: str) -> Item:
-    return {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name,
-            "arguments": json.dumps(args, separators=(",", ":")), "status": "completed"}
+    return {
+        "type": "function_call",
+        "id": f"fc_{call_id}",
+        "call_id": call_id,
+        "name": name,
+        "arguments": json.dumps(args, separators=(",", ":")),
+        "status": "completed",
+    }
 
 
 def says(text: str) -> Turns:
@@ -48,8 +59,13 @@ class Scripted:
 
     async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         output = self.turns.pop(0) if self.turns else [message("(script ended)")]
-        return {"id": "resp_recorded", "object": "response", "model": "recorded", "status": "completed",
-                "output": output}
+        return {
+            "id": "resp_recorded",
+            "object": "response",
+            "model": "recorded",
+            "status": "completed",
+            "output": output,
+        }
 
 
 async def record(env: type[Environment], examples: list[Example], config: Any = None) -> None:
@@ -60,11 +76,23 @@ async def record(env: type[Environment], examples: list[Example], config: Any = 
         for turns, meant in ((right, 1.0), (wrong, 0.0)):
             rollout = await run_local(row, env(config), Scripted(turns))
             if rollout["reward"] != meant:
-                raise SystemExit(f"{env.name()} row {i}: the {'right' if meant else 'wrong'} answer scored "
-                                 f"{rollout['reward']}: {rollout['response']['output'][-3:]}")
-            recordings.append({**row, "response": {"id": "resp_recorded", "object": "response", "model": "recorded",
-                                                   "status": "completed", "output": rollout["response"]["output"]},
-                               "reward": meant})
+                raise SystemExit(
+                    f"{env.name()} row {i}: the {'right' if meant else 'wrong'} answer scored "
+                    f"{rollout['reward']}: {rollout['response']['output'][-3:]}"
+                )
+            recordings.append(
+                {
+                    **row,
+                    "response": {
+                        "id": "resp_recorded",
+                        "object": "response",
+                        "model": "recorded",
+                        "status": "completed",
+                        "output": rollout["response"]["output"],
+                    },
+                    "reward": meant,
+                }
+            )
     data = env.data_dir()
     (data / "example.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (data / "example_rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recordings))

@@ -38,8 +38,15 @@ class GymClientError(Exception):
 
 
 class GymClient:
-    def __init__(self, base_url: str, *, token: str | None = None, max_in_flight: int = 16, max_retries: int = 6,
-                 timeout_s: float = 3600.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        max_in_flight: int = 16,
+        max_retries: int = 6,
+        timeout_s: float = 3600.0,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._slots = asyncio.Semaphore(max_in_flight)
@@ -60,16 +67,27 @@ class GymClient:
         lines = [line async for line in self._post_lines("/run", row)]
         return lines[0]
 
-    async def rollouts(self, rows: Iterable[dict[str, Any]], *, num_repeats: int = 1, group_size: int | None = None,
-                       batch_size: int = 64, **sampling: Any) -> AsyncIterator[dict[str, Any]]:
+    async def rollouts(
+        self,
+        rows: Iterable[dict[str, Any]],
+        *,
+        num_repeats: int = 1,
+        group_size: int | None = None,
+        batch_size: int = 64,
+        **sampling: Any,
+    ) -> AsyncIterator[dict[str, Any]]:
         """Rollouts of `rows` × `num_repeats`, yielded as they complete; rows go out in batches of `batch_size`."""
         queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
         batches = _chunks(list(rows), batch_size)
 
         async def send(offset: int, batch: list[dict[str, Any]]) -> None:
-            body = {"rows": [{"_ng_task_index": offset + i, **row} for i, row in enumerate(batch)],
-                    "num_repeats": num_repeats, "group_size": group_size, "idempotency_key": uuid.uuid4().hex,
-                    **sampling}
+            body = {
+                "rows": [{"_ng_task_index": offset + i, **row} for i, row in enumerate(batch)],
+                "num_repeats": num_repeats,
+                "group_size": group_size,
+                "idempotency_key": uuid.uuid4().hex,
+                **sampling,
+            }
             seen: set[tuple[Any, Any]] = set()  # a re-sent batch replays lines this one already yielded
             try:
                 async for result in self._post_lines("/v1/rollouts", body):

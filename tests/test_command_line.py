@@ -51,8 +51,14 @@ def test_serve_run_brings_up_an_environment_that_answers_over_http(tmp_path: Pat
     path = tmp_path / "app.yaml"
     path.write_text(yaml.safe_dump(config))
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own local cluster
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "serve"), "run", str(path)], cwd=REPO, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "serve"), "run", str(path)],
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}/example_single_tool_call"
     row = {**example_rows("example_single_tool_call")[0], "_ng_task_index": 7, "_ng_rollout_index": 0}
     try:
@@ -98,15 +104,32 @@ def test_collect_command_writes_rollouts_and_reports_bad_rows(tmp_path: Path) ->
     source.write_text("".join(json.dumps(r) + "\n" for r in rows[:3]) + "not json\n")
     out = tmp_path / "out.jsonl"
     result = subprocess.run(
-        [*GYM_SERVE, "collect", "--config", str(REPO / "deployments" / "example_single_tool_call.yaml"),
-         "--input", str(source), "--output", str(out), "--num-repeats", "2", "--concurrency", "4",
-         "--address", "local"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=220,
+        [
+            *GYM_SERVE,
+            "collect",
+            "--config",
+            str(REPO / "deployments" / "example_single_tool_call.yaml"),
+            "--input",
+            str(source),
+            "--output",
+            str(out),
+            "--num-repeats",
+            "2",
+            "--concurrency",
+            "4",
+            "--address",
+            "local",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=220,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     rollouts = [json.loads(line) for line in out.read_text().splitlines()]
-    assert sorted((r["_ng_task_index"], r["_ng_rollout_index"]) for r in rollouts) == \
-        [(t, k) for t in range(3) for k in range(2)]
+    assert sorted((r["_ng_task_index"], r["_ng_rollout_index"]) for r in rollouts) == [
+        (t, k) for t in range(3) for k in range(2)
+    ]
     assert "rollouts         6" in result.stdout and "bad_input: 1" in result.stdout
     failure = json.loads((tmp_path / "out_failures.jsonl").read_text())
     assert failure["line"] == 4 and failure["_ng_failure_class"] == "bad_input"
@@ -114,10 +137,16 @@ def test_collect_command_writes_rollouts_and_reports_bad_rows(tmp_path: Path) ->
 
 def test_config_errors_name_the_key_and_exit_2(tmp_path: Path) -> None:
     config = tmp_path / "bad.yaml"
-    config.write_text("applications:\n- name: w\n  import_path: gym_serve.deployments.app:build_app\n"
-                      "  args: {environment: {name: nope}}\n")
-    result = subprocess.run([*GYM_SERVE, "collect", "--config", str(config), "--input", "x", "--output", "y"],
-                            capture_output=True, text=True, timeout=60)
+    config.write_text(
+        "applications:\n- name: w\n  import_path: gym_serve.deployments.app:build_app\n"
+        "  args: {environment: {name: nope}}\n"
+    )
+    result = subprocess.run(
+        [*GYM_SERVE, "collect", "--config", str(config), "--input", "x", "--output", "y"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert f"{config}" in result.stderr and "applications[w].args.environment.name" in result.stderr
 

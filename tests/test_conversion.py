@@ -14,56 +14,115 @@ from gym_serve.wire.chat import (
     split_think,
 )
 
-TOOL = {"type": "function", "name": "get_weather", "description": "Weather.", "strict": True,
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Weather.",
+    "strict": True,
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 
 CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "instructions, developer and user",
-        {"instructions": "Be brief.", "input": [{"type": "message", "role": "developer", "content": "No emoji."},
-                                               {"type": "message", "role": "user", "content": "hi"}]},
-        {"messages": [{"role": "system", "content": "Be brief."}, {"role": "system", "content": "No emoji."},
-                      {"role": "user", "content": "hi"}]},
+        {
+            "instructions": "Be brief.",
+            "input": [
+                {"type": "message", "role": "developer", "content": "No emoji."},
+                {"type": "message", "role": "user", "content": "hi"},
+            ],
+        },
+        {
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "system", "content": "No emoji."},
+                {"role": "user", "content": "hi"},
+            ]
+        },
     ),
     (
         "a tool call, its output, and the answer",
-        {"input": [
-            {"type": "message", "role": "user", "content": "weather in SF?"},
-            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city":"SF"}'},
-            {"type": "function_call_output", "call_id": "c1", "output": '{"weather":"cold"}'},
-            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Cold."}]},
-        ], "tools": [TOOL], "max_output_tokens": 64, "temperature": 0.7, "top_p": 0.9},
-        {"messages": [
-            {"role": "user", "content": "weather in SF?"},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"SF"}'}}]},
-            {"role": "tool", "tool_call_id": "c1", "content": '{"weather":"cold"}'},
-            {"role": "assistant", "content": "Cold."},
-        ], "tools": [{"type": "function", "function": {k: v for k, v in TOOL.items() if k != "type"}}],
-            "max_tokens": 64, "temperature": 0.7, "top_p": 0.9},
+        {
+            "input": [
+                {"type": "message", "role": "user", "content": "weather in SF?"},
+                {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city":"SF"}'},
+                {"type": "function_call_output", "call_id": "c1", "output": '{"weather":"cold"}'},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Cold."}]},
+            ],
+            "tools": [TOOL],
+            "max_output_tokens": 64,
+            "temperature": 0.7,
+            "top_p": 0.9,
+        },
+        {
+            "messages": [
+                {"role": "user", "content": "weather in SF?"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city":"SF"}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": '{"weather":"cold"}'},
+                {"role": "assistant", "content": "Cold."},
+            ],
+            "tools": [{"type": "function", "function": {k: v for k, v in TOOL.items() if k != "type"}}],
+            "max_tokens": 64,
+            "temperature": 0.7,
+            "top_p": 0.9,
+        },
     ),
     (
         "parallel calls share one assistant message",
-        {"input": [
-            {"type": "message", "role": "user", "content": "two cities"},
-            {"type": "function_call", "call_id": "a", "name": "get_weather", "arguments": '{"city":"A"}'},
-            {"type": "function_call", "call_id": "b", "name": "get_weather", "arguments": '{"city":"B"}'},
-        ]},
-        {"messages": [
-            {"role": "user", "content": "two cities"},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"A"}'}},
-                {"id": "b", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"B"}'}}]},
-        ]},
+        {
+            "input": [
+                {"type": "message", "role": "user", "content": "two cities"},
+                {"type": "function_call", "call_id": "a", "name": "get_weather", "arguments": '{"city":"A"}'},
+                {"type": "function_call", "call_id": "b", "name": "get_weather", "arguments": '{"city":"B"}'},
+            ]
+        },
+        {
+            "messages": [
+                {"role": "user", "content": "two cities"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "a",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city":"A"}'},
+                        },
+                        {
+                            "id": "b",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city":"B"}'},
+                        },
+                    ],
+                },
+            ]
+        },
     ),
     (
         "reasoning becomes a think block",
-        {"input": [
-            {"type": "message", "role": "user", "content": "2+2?"},
-            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "add them"}]},
-            {"type": "message", "role": "assistant", "content": "4"},
-        ]},
-        {"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "<think>add them</think>4"}]},
+        {
+            "input": [
+                {"type": "message", "role": "user", "content": "2+2?"},
+                {"type": "reasoning", "summary": [{"type": "summary_text", "text": "add them"}]},
+                {"type": "message", "role": "assistant", "content": "4"},
+            ]
+        },
+        {
+            "messages": [
+                {"role": "user", "content": "2+2?"},
+                {"role": "assistant", "content": "<think>add them</think>4"},
+            ]
+        },
     ),
 ]
 
@@ -103,9 +162,14 @@ def completion(content: str | None, finish: str = "stop", calls: list[dict[str, 
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
         message["tool_calls"] = calls
-    return {"id": "x", "object": "chat.completion", "created": 1, "model": "m",
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
 
 
 def test_completion_with_think_and_tool_call_to_responses() -> None:
@@ -137,11 +201,15 @@ def test_split_think() -> None:
 def test_token_ids_on_a_chat_assistant_message_ride_on_its_last_item() -> None:
     bundle = {"prompt_token_ids": [1, 2], "generation_token_ids": [3, 4], "generation_log_probs": [-0.5, -0.25]}
     call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
-    params = chat_request_to_responses({"messages": [
-        {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "<think>hm</think>Let me look.", "tool_calls": [call], **bundle},
-        {"role": "tool", "tool_call_id": "c1", "content": "cold"},
-    ]})
+    params = chat_request_to_responses(
+        {
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "<think>hm</think>Let me look.", "tool_calls": [call], **bundle},
+                {"role": "tool", "tool_call_id": "c1", "content": "cold"},
+            ]
+        }
+    )
     kinds = [item["type"] for item in params["input"]]
     assert kinds == ["message", "reasoning", "message", "function_call", "function_call_output"]
     carriers = [item for item in params["input"] if "generation_token_ids" in item]

@@ -43,9 +43,11 @@ def test_bad_rows_are_named_by_file_line_and_field(tmp_path: Path) -> None:
 
 
 def test_rows_need_a_right_and_a_wrong_recording(tmp_path: Path) -> None:
-    recorded = [{**row("a"), "response": {"output": []}, "reward": 1.0},
-                {**row("a"), "response": {"output": []}, "reward": 0.0},
-                {**row("b"), "response": {"output": []}, "reward": 1.0}]
+    recorded = [
+        {**row("a"), "response": {"output": []}, "reward": 1.0},
+        {**row("a"), "response": {"output": []}, "reward": 0.0},
+        {**row("b"), "response": {"output": []}, "reward": 1.0},
+    ]
     (tmp_path / "example_rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recorded))
     report = EnvReport("broken")
     rewards = _recorded_rewards(broken_env(tmp_path), report)

@@ -15,8 +15,15 @@ from tests.conftest import REPO
 
 
 def call(prompt: list[int], generation: list[int], logprobs: list[float]) -> dict[str, Any]:
-    return {"type": "function_call", "name": "f", "arguments": "{}", "call_id": "c", "prompt_token_ids": prompt,
-            "generation_token_ids": generation, "generation_log_probs": logprobs}
+    return {
+        "type": "function_call",
+        "name": "f",
+        "arguments": "{}",
+        "call_id": "c",
+        "prompt_token_ids": prompt,
+        "generation_token_ids": generation,
+        "generation_log_probs": logprobs,
+    }
 
 
 def rollout(*items: dict[str, Any], reward: float = 1.0) -> dict[str, Any]:
@@ -25,7 +32,7 @@ def rollout(*items: dict[str, Any], reward: float = 1.0) -> dict[str, Any]:
 
 def test_a_multi_turn_rollout_trains_only_the_generated_spans() -> None:
     first = call([1, 2, 3], [10, 11], [-0.5, -0.25])
-    tool_output = {"type": "function_call_output", "call_id": "c", "output": "{\"ok\": true}"}
+    tool_output = {"type": "function_call_output", "call_id": "c", "output": '{"ok": true}'}
     # the second prompt extends prompt + generation by the tool output's tokens (20, 21, 22)
     second = {**call([1, 2, 3, 10, 11, 20, 21, 22], [12, 13, 14], [-1.0, -2.0, -3.0]), "type": "message"}
     sequence = build_sequence(rollout(first, tool_output, second, reward=0.5))
@@ -65,6 +72,8 @@ def test_the_serve_config_of_the_example_is_valid() -> None:
 
 
 def test_the_trainer_imports_no_ray() -> None:
-    code = ("import sys, examples.grpo_trainer, torch, transformers; from transformers import AutoModelForCausalLM; "
-            "assert not [m for m in sys.modules if m.split('.')[0] == 'ray'], 'ray was imported'")
+    code = (
+        "import sys, examples.grpo_trainer, torch, transformers; from transformers import AutoModelForCausalLM; "
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'ray'], 'ray was imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=REPO)

@@ -18,7 +18,6 @@ from gym_serve.environment.registry import load_environment_class
 from gym_serve.rollout.replay import conversation_key
 from tests.conftest import REPO
 
-
 NEMO_GYM_DATA = REPO / "tests" / "data" / "nemo_gym"
 """NeMo Gym's example rows and recordings, copied into the repository (see its README)."""
 OURS = {
@@ -62,7 +61,9 @@ async def test_their_recordings_replay_through_our_environment_with_their_reward
         ours = [i for i in rollout["response"]["output"] if i["type"] != "reasoning"]
         theirs_items = [i for i in recorded["response"]["output"] if i["type"] != "reasoning"]
         assert [i["type"] for i in ours] == [i["type"] for i in theirs_items]
-        assert Response.model_validate(rollout["response"]).output_text() == \
-            Response.model_validate(recorded["response"]).output_text()
+        assert (
+            Response.model_validate(rollout["response"]).output_text()
+            == Response.model_validate(recorded["response"]).output_text()
+        )
         for field in set(recorded) - {"response", "responses_create_params", "reward"}:
             assert rollout[field] == recorded[field], f"verify field `{field}` differs"

@@ -13,8 +13,13 @@ from gym_serve.errors import InputError
 
 
 def row(task: int, rollout: int, agent: str = "a", **extra: Any) -> dict[str, Any]:
-    return {"responses_create_params": {"input": f"q{task}"}, "agent_ref": {"name": agent},
-            "_ng_task_index": task, "_ng_rollout_index": rollout, **extra}
+    return {
+        "responses_create_params": {"input": f"q{task}"},
+        "agent_ref": {"name": agent},
+        "_ng_task_index": task,
+        "_ng_rollout_index": rollout,
+        **extra,
+    }
 
 
 def write(path: Path, rows: list[dict[str, Any]], tail: str = "") -> Path:
@@ -25,10 +30,19 @@ def write(path: Path, rows: list[dict[str, Any]], tail: str = "") -> Path:
 def collection(tmp_path: Path, rewards: dict[tuple[int, int], float]) -> Path:
     inputs = [row(t, r) for t in range(2) for r in range(3)]
     write(tmp_path / "out_materialized_inputs.jsonl", inputs)
-    rollouts = [{**row(t, r), "reward": reward, "accuracy": reward == 1.0, "extracted_answer": str(reward),
-                 "response": {"output": [], "usage": {"input_tokens": 10 * (t + 1), "output_tokens": 4,
-                                                      "total_tokens": 10 * (t + 1) + 4}}}
-                for (t, r), reward in rewards.items()]
+    rollouts = [
+        {
+            **row(t, r),
+            "reward": reward,
+            "accuracy": reward == 1.0,
+            "extracted_answer": str(reward),
+            "response": {
+                "output": [],
+                "usage": {"input_tokens": 10 * (t + 1), "output_tokens": 4, "total_tokens": 10 * (t + 1) + 4},
+            },
+        }
+        for (t, r), reward in rewards.items()
+    ]
     return write(tmp_path / "out.jsonl", rollouts)
 
 
@@ -44,9 +58,16 @@ def test_profile_files_follow_nemo_gym(tmp_path: Path) -> None:
     assert first["mean/input_tokens"] == 10 and first["mean/accuracy"] == pytest.approx(2 / 3)
     assert first["num_rollouts"] == 3 and first["missing_num_rollouts"] == 0
     assert first["reward_profile_completion_pct"] == 100.0
-    assert first["rollout_infos"][1] == {"rollout_id": "0:1", "_ng_task_index": 0, "_ng_rollout_index": 1,
-                                         "reward": 0.0, "accuracy": 0.0, "input_tokens": 10.0,
-                                         "output_tokens": 4.0, "total_tokens": 14.0}
+    assert first["rollout_infos"][1] == {
+        "rollout_id": "0:1",
+        "_ng_task_index": 0,
+        "_ng_rollout_index": 1,
+        "reward": 0.0,
+        "accuracy": 0.0,
+        "input_tokens": 10.0,
+        "output_tokens": 4.0,
+        "total_tokens": 14.0,
+    }
     assert first["sample"]["responses_create_params"] == {"input": "q0"}
     (agent,) = json.loads(Path(result["aggregate_metrics"]).read_text())
     assert agent["agent_ref"] == {"name": "a"}

@@ -80,7 +80,8 @@ async def _fails() -> None:
 def _ctx(metric: dict[str, float] | None, *, requests: float = 0.0, queued: float = 0.0, target: float = 4.0):
     return SimpleNamespace(
         aggregated_metrics={METRIC: metric} if metric is not None else {},
-        total_num_requests=requests, total_queued_requests=queued,
+        total_num_requests=requests,
+        total_queued_requests=queued,
         config=SimpleNamespace(get_target_ongoing_requests=lambda: target),
     )
 
@@ -104,15 +105,23 @@ def test_batched_tiers_get_the_policy_unless_they_name_one() -> None:
     assert "num_replicas" not in options and options["autoscaling_config"]["max_replicas"] == 4
     own = {"policy_function": "my.module:policy"}
     theirs = DeploymentOptions(autoscaling_config={"policy": own, "metrics_interval_s": 5.0}).serve_options(
-        {}, BATCHED_TIER_AUTOSCALING)
+        {}, BATCHED_TIER_AUTOSCALING
+    )
     assert theirs["autoscaling_config"]["policy"] == own and theirs["autoscaling_config"]["metrics_interval_s"] == 5.0
     assert "autoscaling_config" not in DeploymentOptions().serve_options({}, BATCHED_TIER_AUTOSCALING)
 
 
 # ---- real Serve -------------------------------------------------------------------------------------------
 
-FAST_AUTOSCALING = {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 2, "upscale_delay_s": 0,
-                    "downscale_delay_s": 2, "look_back_period_s": 1, "metrics_interval_s": 0.5}
+FAST_AUTOSCALING = {
+    "min_replicas": 1,
+    "max_replicas": 3,
+    "target_ongoing_requests": 2,
+    "upscale_delay_s": 0,
+    "downscale_delay_s": 2,
+    "look_back_period_s": 1,
+    "metrics_interval_s": 0.5,
+}
 
 
 def _deploy(env_config: dict[str, Any], model: dict[str, Any]) -> tuple[Any, str]:
@@ -122,13 +131,21 @@ def _deploy(env_config: dict[str, Any], model: dict[str, Any]) -> tuple[Any, str
     from gym_serve.serving.config import AppArgs
 
     zero = {"ray_actor_options": {"num_cpus": 0}}
-    args = AppArgs.model_validate({
-        "environment": {"name": "synthetic_load", "config": env_config,
-                        "deployment": {**zero, "autoscaling_config": FAST_AUTOSCALING}},
-        "model": {"recordings": ["example_single_tool_call"], **model,
-                  "deployment": {**zero, "autoscaling_config": FAST_AUTOSCALING}},
-        "agent": {"deployment": zero},
-    })
+    args = AppArgs.model_validate(
+        {
+            "environment": {
+                "name": "synthetic_load",
+                "config": env_config,
+                "deployment": {**zero, "autoscaling_config": FAST_AUTOSCALING},
+            },
+            "model": {
+                "recordings": ["example_single_tool_call"],
+                **model,
+                "deployment": {**zero, "autoscaling_config": FAST_AUTOSCALING},
+            },
+            "agent": {"deployment": zero},
+        }
+    )
     name = unique("synthetic")
     return serve.run(build_app(args), name=name, route_prefix=None), name
 
@@ -145,8 +162,9 @@ def _replicas(app: str) -> dict[str, int]:
 async def test_synthetic_model_adds_its_latency_and_payload(serve_instance: None) -> None:
     from ray import serve
 
-    handle, app = _deploy({}, {"kind": "synthetic", "latency": {"mean_s": 0.25}, "output_tokens": 50,
-                               "prompt_tokens": 20})
+    handle, app = _deploy(
+        {}, {"kind": "synthetic", "latency": {"mean_s": 0.25}, "output_tokens": 50, "prompt_tokens": 20}
+    )
     started = time.perf_counter()
     rollout = await handle.run.remote({**example_rows("example_single_tool_call")[0]})
     elapsed = time.perf_counter() - started
@@ -164,8 +182,7 @@ async def test_a_slow_verifier_tier_scales_up_alone_and_back_down(serve_instance
     """Verification is slow and each replica verifies 2 at once: the Environment tier grows, the Model does not."""
     from ray import serve
 
-    handle, app = _deploy({"verify_latency": {"mean_s": 0.3}, "max_concurrent_verifications": 2},
-                          {"kind": "replay"})
+    handle, app = _deploy({"verify_latency": {"mean_s": 0.3}, "max_concurrent_verifications": 2}, {"kind": "replay"})
     rows = example_rows("example_single_tool_call")
     most = {"Environment": 1, "Model": 1}
     loaded = True

@@ -9,13 +9,19 @@ from gym_serve.wire.tokens import check_contiguity
 
 
 def call(prompt: list[int], generation: list[int], logprobs: list[float] | None = None) -> dict:
-    return {"type": "message", "prompt_token_ids": prompt, "generation_token_ids": generation,
-            "generation_log_probs": logprobs if logprobs is not None else [-0.1] * len(generation)}
+    return {
+        "type": "message",
+        "prompt_token_ids": prompt,
+        "generation_token_ids": generation,
+        "generation_log_probs": logprobs if logprobs is not None else [-0.1] * len(generation),
+    }
 
 
 def test_contiguous_calls_pass() -> None:
     tool_output = {"type": "function_call_output", "output": "x"}
-    report = check_contiguity({"response": {"output": [call([1, 2], [3, 4]), tool_output, call([1, 2, 3, 4, 5], [6])]}})
+    report = check_contiguity(
+        {"response": {"output": [call([1, 2], [3, 4]), tool_output, call([1, 2, 3, 4, 5], [6])]}}
+    )
     assert report.ok and report.calls == 2 and report.problems == []
 
 
@@ -32,8 +38,10 @@ def test_bundle_defects_are_caught() -> None:
 
 
 def test_parse_think_tool_calls_and_text() -> None:
-    text = ('<think>need weather</think>Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": '
-            '{"city": "SF"}}\n</tool_call>\n<tool_call>{"name": "get_time", "arguments": {}}</tool_call>')
+    text = (
+        '<think>need weather</think>Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": '
+        '{"city": "SF"}}\n</tool_call>\n<tool_call>{"name": "get_time", "arguments": {}}</tool_call>'
+    )
     items = parse_output(text)
     assert [i["type"] for i in items] == ["reasoning", "message", "function_call", "function_call"]
     assert items[0]["summary"][0]["text"] == "need weather"

@@ -38,14 +38,25 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def agent(tiny_model: Path) -> Iterator[Any]:
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(proxy_location="Disabled")
-    args = AppArgs.model_validate({
-        "environment": {"name": "example_single_tool_call"},
-        "agent": {"max_steps": 2},
-        "model": {"kind": "vllm", "engine": {"model": str(tiny_model), "dtype": "float32",
-                                             "max_model_len": MAX_MODEL_LEN, "max_num_seqs": 8, "gpu_memory_utilization": 0.3,
-                                             "enforce_eager": True},
-                  "default_max_output_tokens": 32, "deployment": {"ray_actor_options": {"num_cpus": 0}}},
-    })
+    args = AppArgs.model_validate(
+        {
+            "environment": {"name": "example_single_tool_call"},
+            "agent": {"max_steps": 2},
+            "model": {
+                "kind": "vllm",
+                "engine": {
+                    "model": str(tiny_model),
+                    "dtype": "float32",
+                    "max_model_len": MAX_MODEL_LEN,
+                    "max_num_seqs": 8,
+                    "gpu_memory_utilization": 0.3,
+                    "enforce_eager": True,
+                },
+                "default_max_output_tokens": 32,
+                "deployment": {"ray_actor_options": {"num_cpus": 0}},
+            },
+        }
+    )
     handle = serve.run(build_app(args), name=APP, route_prefix=None)
     yield handle
     serve.shutdown()
@@ -54,8 +65,13 @@ def agent(tiny_model: Path) -> Iterator[Any]:
 
 def forced_tool_row(index: int) -> dict[str, Any]:
     row = example_rows("example_single_tool_call")[index % 5]
-    params = {**row["responses_create_params"], "tool_choice": "required", "max_output_tokens": 96,
-              "temperature": 1.0, "seed": index}
+    params = {
+        **row["responses_create_params"],
+        "tool_choice": "required",
+        "max_output_tokens": 96,
+        "temperature": 1.0,
+        "seed": index,
+    }
     return {**row, "responses_create_params": params, "_ng_task_index": index, "_ng_rollout_index": 0}
 
 
@@ -76,8 +92,10 @@ def test_multi_turn_tool_rollouts_are_token_contiguous(rollouts: list[dict[str, 
         assert report.ok and report.calls == 2, report.problems
         first, second = token_calls(output)
         assert len(second["prompt_token_ids"]) > len(first["prompt_token_ids"]) + len(first["generation_token_ids"])
-        print(f"contiguity: {report.calls} calls ok; prompts {len(first['prompt_token_ids'])} -> "
-              f"{len(second['prompt_token_ids'])} tokens")
+        print(
+            f"contiguity: {report.calls} calls ok; prompts {len(first['prompt_token_ids'])} -> "
+            f"{len(second['prompt_token_ids'])} tokens"
+        )
 
 
 async def test_logprobs_match_a_plain_transformers_forward_pass(
@@ -92,9 +110,16 @@ async def test_logprobs_match_a_plain_transformers_forward_pass(
     from transformers import AutoModelForCausalLM
 
     model_handle = serve.get_deployment_handle("Model", app_name=APP)
-    requests = [{"input": r["responses_create_params"]["input"] + r["response"]["output"],
-                 "tools": r["responses_create_params"]["tools"], "max_output_tokens": 48, "temperature": 1.0,
-                 "seed": i} for i, r in enumerate(rollouts)]
+    requests = [
+        {
+            "input": r["responses_create_params"]["input"] + r["response"]["output"],
+            "tools": r["responses_create_params"]["tools"],
+            "max_output_tokens": 48,
+            "temperature": 1.0,
+            "seed": i,
+        }
+        for i, r in enumerate(rollouts)
+    ]
     continued = await asyncio.gather(*(model_handle.responses.remote(req) for req in requests))
     model = AutoModelForCausalLM.from_pretrained(tiny_model, torch_dtype=torch.float32).eval()
     diffs: list[float] = []
@@ -133,8 +158,9 @@ async def test_a_seed_makes_sampling_repeatable(agent: Any) -> None:
 
 async def test_chat_completions_carry_token_ids(agent: Any) -> None:
     model = serve.get_deployment_handle("Model", app_name=APP)
-    completion = await model.chat_completions.remote({"messages": [{"role": "user", "content": "hi"}],
-                                                      "max_tokens": 6, "temperature": 1.0, "seed": 3})
+    completion = await model.chat_completions.remote(
+        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "temperature": 1.0, "seed": 3}
+    )
     message = completion["choices"][0]["message"]
     assert completion["object"] == "chat.completion" and completion["choices"][0]["finish_reason"] == "length"
     assert len(message["generation_token_ids"]) == len(message["generation_log_probs"]) == 6

@@ -108,16 +108,18 @@ def verify_json(
     if not text.strip():
         return JsonSchemaResult(0.0, error_type="empty_response", error="the answer has no text")
     if len(text) > max_chars:
-        return JsonSchemaResult(0.0, error_type="too_large",
-                                error=f"the answer is {len(text)} characters; at most {max_chars} are parsed")
+        return JsonSchemaResult(
+            0.0, error_type="too_large", error=f"the answer is {len(text)} characters; at most {max_chars} are parsed"
+        )
     try:
         value = extract_json(text)
     except JsonParseError as e:
         return JsonSchemaResult(0.0, error_type="parse_error", error=str(e))
     depth = _depth(value, max_depth)
     if depth > max_depth:
-        return JsonSchemaResult(0.0, error_type="parse_error",
-                                error=f"the JSON is nested more than {max_depth} levels deep")
+        return JsonSchemaResult(
+            0.0, error_type="parse_error", error=f"the JSON is nested more than {max_depth} levels deep"
+        )
     try:
         errors = list(validator.iter_errors(value))
     except Unresolvable as e:
@@ -128,8 +130,13 @@ def verify_json(
     assert first is not None  # errors is not empty
     more = f" ({len(errors) - 1} more)" if len(errors) > 1 else ""
     message = _clip(first.message)
-    return JsonSchemaResult(0.0, value=value, error_type="validation_error",
-                            error=f"{message} at {first.json_path}{more}", error_path=first.json_path)
+    return JsonSchemaResult(
+        0.0,
+        value=value,
+        error_type="validation_error",
+        error=f"{message} at {first.json_path}{more}",
+        error_path=first.json_path,
+    )
 
 
 def extract_json(text: str) -> Any:
@@ -152,8 +159,10 @@ def extract_json(text: str) -> Any:
             except ValueError as e:
                 last_error = last_error or e
         if last_error is not None:
-            raise JsonParseError(f"no {{...}} or [...] in the answer is valid JSON (tried {len(spans)}); "
-                                 f"the last: {_describe(last_error)}") from None
+            raise JsonParseError(
+                f"no {{...}} or [...] in the answer is valid JSON (tried {len(spans)}); "
+                f"the last: {_describe(last_error)}"
+            ) from None
         raise JsonParseError(f"the answer holds no JSON object or array ({_describe(whole_error)})") from None
 
 

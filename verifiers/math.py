@@ -103,8 +103,9 @@ async def verify_math(text: str, expected: str, *, timeout_s: float = 5.0) -> Ma
         return MathResult(0.0, None)
     loop = asyncio.get_running_loop()
     try:
-        same = await asyncio.wait_for(loop.run_in_executor(_workers.pool(), is_equivalent, expected, answer),
-                                      timeout_s)
+        same = await asyncio.wait_for(
+            loop.run_in_executor(_workers.pool(), is_equivalent, expected, answer), timeout_s
+        )
     except TimeoutError:
         _workers.reset()
         return MathResult(0.0, answer, timed_out=True)

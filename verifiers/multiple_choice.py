@@ -40,7 +40,9 @@ def extract_choice(text: str, options: dict[str, str], *, strict: bool = True) -
     return quoted.pop() if len(quoted) == 1 else None
 
 
-def verify_choice(text: str, options: dict[str, str], expected: str, *, strict: bool = True) -> tuple[float, str | None]:
+def verify_choice(
+    text: str, options: dict[str, str], expected: str, *, strict: bool = True
+) -> tuple[float, str | None]:
     """(reward, chosen letter): 1.0 only for exactly the expected option."""
     chosen = extract_choice(text, options, strict=strict)
     return (1.0 if chosen == expected.strip().upper() else 0.0), chosen

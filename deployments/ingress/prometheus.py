@@ -68,12 +68,16 @@ class RolloutMetrics:
             f"gym_serve_ingress_in_flight{{{replica}}} {self._in_flight()}",
             "# HELP gym_serve_ingress_rollouts_total Rollouts that ended: ok, a failure class, or cancelled.",
             "# TYPE gym_serve_ingress_rollouts_total counter",
-            *(f"gym_serve_ingress_rollouts_total{{{_label('outcome', k)},{replica}}} {v}"
-              for k, v in sorted(self._outcomes.items())),
+            *(
+                f"gym_serve_ingress_rollouts_total{{{_label('outcome', k)},{replica}}} {v}"
+                for k, v in sorted(self._outcomes.items())
+            ),
             "# HELP gym_serve_ingress_rollout_seconds Time from admission to the end of a rollout, retries included.",
             "# TYPE gym_serve_ingress_rollout_seconds histogram",
-            *(f"gym_serve_ingress_rollout_seconds_bucket{{{_label('le', _bound(b))},{replica}}} {n}"
-              for b, n in zip(BUCKETS, self._buckets, strict=True)),
+            *(
+                f"gym_serve_ingress_rollout_seconds_bucket{{{_label('le', _bound(b))},{replica}}} {n}"
+                for b, n in zip(BUCKETS, self._buckets, strict=True)
+            ),
             f"gym_serve_ingress_rollout_seconds_sum{{{replica}}} {self._seconds_sum!r}",
             f"gym_serve_ingress_rollout_seconds_count{{{replica}}} {self._seconds_count}",
             "# HELP gym_serve_ingress_replayed_total Rollouts answered from the idempotency cache instead of run.",
@@ -81,8 +85,10 @@ class RolloutMetrics:
             f"gym_serve_ingress_replayed_total{{{replica}}} {self.replayed}",
             "# HELP gym_serve_ingress_rejected_total Requests refused, by reason.",
             "# TYPE gym_serve_ingress_rejected_total counter",
-            *(f"gym_serve_ingress_rejected_total{{{_label('reason', k)},{replica}}} {v}"
-              for k, v in sorted(self._rejected.items())),
+            *(
+                f"gym_serve_ingress_rejected_total{{{_label('reason', k)},{replica}}} {v}"
+                for k, v in sorted(self._rejected.items())
+            ),
         ]
         return "\n".join(lines) + "\n"
 

@@ -40,7 +40,9 @@ class Weather(Environment):
 
     async def verify(self, task: Task, response: Response, state: None) -> float:
         answer = response.output_text().lower()
-        reported = [_condition(item["output"]) for item in response.output if item.get("type") == "function_call_output"]
+        reported = [
+            _condition(item["output"]) for item in response.output if item.get("type") == "function_call_output"
+        ]
         reported = [c for c in reported if c]
         if reported:
             return 1.0 if reported[-1] in answer else 0.0

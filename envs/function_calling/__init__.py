@@ -46,12 +46,22 @@ class FunctionCalling(Environment):
 
     async def verify(self, task: FunctionCallTask, response: Response, state: None) -> Verdict:
         calls = [item for item in response.output if item.get("type") == "function_call"]
-        result = compare_calls(calls, task.expected_answers, tools=task.responses_create_params.get("tools") or [],
-                               lenient=self.config.lenient)
-        return Verdict(reward=result.reward, fields={
-            "num_expected": result.num_expected, "num_predicted": result.num_predicted,
-            "num_correct": result.num_correct, "predicted_calls": [_plain(call) for call in calls],
-            "call_checks": result.details()})
+        result = compare_calls(
+            calls,
+            task.expected_answers,
+            tools=task.responses_create_params.get("tools") or [],
+            lenient=self.config.lenient,
+        )
+        return Verdict(
+            reward=result.reward,
+            fields={
+                "num_expected": result.num_expected,
+                "num_predicted": result.num_predicted,
+                "num_correct": result.num_correct,
+                "predicted_calls": [_plain(call) for call in calls],
+                "call_checks": result.details(),
+            },
+        )
 
 
 def _plain(call: dict[str, Any]) -> dict[str, Any]:

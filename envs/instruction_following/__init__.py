@@ -52,13 +52,18 @@ class InstructionFollowing(Environment):
 
     async def verify(self, task: InstructionTask, response: Response, state: None) -> Verdict:
         result = check_instructions(response.output_text(), make_instructions(task.instruction_id_list, task.kwargs))
-        reward = float(result.prompt_level_strict) if task.grading_mode == "binary" else result.instruction_level_strict
-        return Verdict(reward=reward, fields={
-            "follow_all_instructions": result.prompt_level_strict,
-            "follow_instruction_list": [r.strict for r in result.instructions],
-            "follow_instruction_list_loose": [r.loose for r in result.instructions],
-            "prompt_level_strict": float(result.prompt_level_strict),
-            "prompt_level_loose": float(result.prompt_level_loose),
-            "instruction_level_strict": result.instruction_level_strict,
-            "instruction_level_loose": result.instruction_level_loose,
-        })
+        reward = (
+            float(result.prompt_level_strict) if task.grading_mode == "binary" else result.instruction_level_strict
+        )
+        return Verdict(
+            reward=reward,
+            fields={
+                "follow_all_instructions": result.prompt_level_strict,
+                "follow_instruction_list": [r.strict for r in result.instructions],
+                "follow_instruction_list_loose": [r.loose for r in result.instructions],
+                "prompt_level_strict": float(result.prompt_level_strict),
+                "prompt_level_loose": float(result.prompt_level_loose),
+                "instruction_level_strict": result.instruction_level_strict,
+                "instruction_level_loose": result.instruction_level_loose,
+            },
+        )

@@ -23,5 +23,7 @@ class Math(Environment):
 
     async def verify(self, task: MathTask, response: Response, state: None) -> Verdict:
         result = await verify_math(response.output_text(), task.expected_answer)
-        return Verdict(reward=result.reward, fields={"extracted_answer": result.extracted_answer,
-                                                     "verify_timed_out": result.timed_out})
+        return Verdict(
+            reward=result.reward,
+            fields={"extracted_answer": result.extracted_answer, "verify_timed_out": result.timed_out},
+        )

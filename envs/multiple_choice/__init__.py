@@ -25,6 +25,7 @@ class MultipleChoice(Environment):
 
     async def verify(self, task: ChoiceTask, response: Response, state: None) -> Verdict:
         options = {letter: text for option in task.options for letter, text in option.items()}
-        reward, chosen = verify_choice(response.output_text(), options, task.expected_answer,
-                                       strict=task.grading_mode != "lenient")
+        reward, chosen = verify_choice(
+            response.output_text(), options, task.expected_answer, strict=task.grading_mode != "lenient"
+        )
         return Verdict(reward=reward, fields={"extracted_answer": chosen})

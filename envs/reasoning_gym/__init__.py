@@ -73,9 +73,11 @@ class ReasoningGym(Environment):
     def _entry(self, task: ReasoningGymTask) -> tuple[str, dict[str, Any]]:
         if task.dataset is None:
             if not self.config.trust_row_entry:
-                raise ValueError("the row has no `dataset`, `dataset_config` and `index` to regenerate its task from; "
-                                 "make rows with `python -m gym_serve.envs.reasoning_gym.make_rows`, or set `trust_row_entry: "
-                                 "true` in the environment's config to score by the row's own `answer`")
+                raise ValueError(
+                    "the row has no `dataset`, `dataset_config` and `index` to regenerate its task from; "
+                    "make rows with `python -m gym_serve.envs.reasoning_gym.make_rows`, or set `trust_row_entry: "
+                    "true` in the environment's config to score by the row's own `answer`"
+                )
             name = (task.metadata or {}).get("source_dataset")
             self._check_allowed(name)
             return name, {"question": task.question, "answer": task.answer, "metadata": task.metadata}
@@ -86,14 +88,17 @@ class ReasoningGym(Environment):
         for key in ("question", "answer", "metadata"):
             carried = getattr(task, key)
             if carried is not None and to_json(carried) != to_json(entry.get(key)):
-                raise ValueError(f"the row's `{key}` differs from what reasoning-gym {RG_VERSION} generates for "
-                                 f"`{task.dataset}` index {task.index} with this config: the row was made by another "
-                                 "reasoning-gym version or edited; regenerate it with `gym_serve.envs.reasoning_gym.make_rows`")
+                raise ValueError(
+                    f"the row's `{key}` differs from what reasoning-gym {RG_VERSION} generates for "
+                    f"`{task.dataset}` index {task.index} with this config: the row was made by another "
+                    "reasoning-gym version or edited; regenerate it with `gym_serve.envs.reasoning_gym.make_rows`"
+                )
         return task.dataset, entry
 
     def _check_allowed(self, name: Any) -> None:
         if not isinstance(name, str):
             raise ValueError("the row's `metadata.source_dataset` must name its reasoning-gym dataset")
         if self.config.datasets is not None and name not in self.config.datasets:
-            raise ValueError(f"dataset `{name}` is not among this environment's `datasets`: "
-                             f"{', '.join(self.config.datasets)}")
+            raise ValueError(
+                f"dataset `{name}` is not among this environment's `datasets`: {', '.join(self.config.datasets)}"
+            )

@@ -33,8 +33,16 @@ from reasoning_gym.dataset import ProceduralDataset
 from reasoning_gym.factory import DATASETS
 from reasoning_gym.utils import SYSTEM_PROMPTS
 
-__all__ = ["GenerationError", "RG_VERSION", "SYSTEM_PROMPTS", "extract_answer", "generate_entry", "load_dataset",
-           "normalize_config", "to_json"]
+__all__ = [
+    "GenerationError",
+    "RG_VERSION",
+    "SYSTEM_PROMPTS",
+    "extract_answer",
+    "generate_entry",
+    "load_dataset",
+    "normalize_config",
+    "to_json",
+]
 
 RG_VERSION = metadata.version("reasoning-gym")
 
@@ -100,11 +108,14 @@ def normalize_config(dataset: str, config: Mapping[str, Any]) -> dict[str, Any]:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(config) - set(fields))
     if unknown:
-        raise GenerationError(f"`{dataset}` config has no field {', '.join(f'`{u}`' for u in unknown)}; its fields: "
-                              f"{', '.join(fields)}")
+        raise GenerationError(
+            f"`{dataset}` config has no field {', '.join(f'`{u}`' for u in unknown)}; its fields: {', '.join(fields)}"
+        )
     if not isinstance(config.get("seed"), int) or isinstance(config.get("seed"), bool):
-        raise GenerationError(f"`{dataset}` config needs an integer `seed` (got {config.get('seed')!r}): without one "
-                              "reasoning-gym draws a random seed and the task cannot be regenerated")
+        raise GenerationError(
+            f"`{dataset}` config needs an integer `seed` (got {config.get('seed')!r}): without one "
+            "reasoning-gym draws a random seed and the task cannot be regenerated"
+        )
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for name, value in config.items():
@@ -114,8 +125,10 @@ def normalize_config(dataset: str, config: Mapping[str, Any]) -> dict[str, Any]:
         except (TypeError, ValueError) as e:
             raise GenerationError(f"`{dataset}` config field `{name}`: cannot use {value!r}: {e}") from e
         if name.endswith("_file") and kwargs[name] not in _shipped_files():
-            raise GenerationError(f"`{dataset}` config field `{name}` must name a file shipped with reasoning-gym "
-                                  f"({', '.join(sorted(_shipped_files()))}), got {value!r}")
+            raise GenerationError(
+                f"`{dataset}` config field `{name}` must name a file shipped with reasoning-gym "
+                f"({', '.join(sorted(_shipped_files()))}), got {value!r}"
+            )
     try:
         built = cls(**kwargs)
         if hasattr(built, "validate"):
@@ -163,7 +176,7 @@ def _last_boxed(text: str) -> str | None:
     for j in range(start + len("\\boxed"), len(text)):
         depth += {"{": 1, "}": -1}.get(text[j], 0)
         if depth == 0:
-            return text[start + len("\\boxed{"):j].strip()
+            return text[start + len("\\boxed{") : j].strip()
     return None
 
 
@@ -178,5 +191,5 @@ def extract_answer(text: str) -> str | None:
     close = text.rfind("</answer>")
     start = text.rfind("<answer>", 0, close) if close >= 0 else -1
     if start >= 0:
-        return text[start + len("<answer>"):close].strip()
+        return text[start + len("<answer>") : close].strip()
     return _last_boxed(text)

@@ -153,7 +153,9 @@ class Workplace(Environment):
         start = initial_office().tickets
         wanted = task.goal.tickets
         goals_met = all(
-            getattr(state.tickets[tid], field) == value for tid, fields in wanted.items() for field, value in fields.items()
+            getattr(state.tickets[tid], field) == value
+            for tid, fields in wanted.items()
+            for field, value in fields.items()
         )
         untouched = all(state.tickets[tid] == start[tid] for tid in start if tid not in wanted)
         emails_met = all(

@@ -33,8 +33,9 @@ def summary_stats(name: str, values: Sequence[float]) -> dict[str, float]:
 
 def numeric_fields(row: dict[str, Any]) -> dict[str, float]:
     """The row's numeric and boolean top-level fields, and its token usage, as floats."""
-    fields = {key: float(value) for key, value in row.items()
-              if isinstance(value, int | float) and not key.startswith("_")}
+    fields = {
+        key: float(value) for key, value in row.items() if isinstance(value, int | float) and not key.startswith("_")
+    }
     usage = (row.get("response") or {}).get("usage") or {}
     fields.update({key: float(usage[key]) for key in USAGE_KEYS if isinstance(usage.get(key), int | float)})
     return fields
@@ -77,11 +78,15 @@ def pass_metrics(tasks: list[list[dict[str, Any]]], answer_key: str | None = Non
     k = 1
     while k <= n:
         metrics[f"pass@{k}/accuracy"] = 100 * statistics.fmean(
-            pass_at_k([float(r.get("reward", 0.0)) for r in rollouts[:n]], k) for rollouts in tasks)
+            pass_at_k([float(r.get("reward", 0.0)) for r in rollouts[:n]], k) for rollouts in tasks
+        )
         if answer_key is not None:
             metrics[f"majority@{k}/accuracy"] = 100 * statistics.fmean(
-                majority_at_k([r.get(answer_key) for r in rollouts], [float(r.get("reward", 0.0)) for r in rollouts], k)
-                for rollouts in tasks)
+                majority_at_k(
+                    [r.get(answer_key) for r in rollouts], [float(r.get("reward", 0.0)) for r in rollouts], k
+                )
+                for rollouts in tasks
+            )
         k *= 2
     per_run = [statistics.fmean(float(rollouts[i].get("reward", 0.0)) for rollouts in tasks) for i in range(n)]
     metrics[f"pass@1[avg-of-{n}]/accuracy"] = 100 * statistics.fmean(per_run)

@@ -33,8 +33,9 @@ def connect(address: str | None = None, *, quiet: bool = True) -> str:
     return f"cluster at {address}"
 
 
-def deploy(specs: list[AppSpec], *, source: str, http: bool = False, http_port: int = 8000,
-           http_host: str = "127.0.0.1") -> None:
+def deploy(
+    specs: list[AppSpec], *, source: str, http: bool = False, http_port: int = 8000, http_host: str = "127.0.0.1"
+) -> None:
     """Deploy every application of a config and wait until all are running."""
     if http:
         serve.start(http_options={"host": http_host, "port": http_port})
@@ -52,8 +53,9 @@ def _build(spec: AppSpec, source: str) -> Any:
     try:
         builder = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as e:
-        raise ConfigError(f"cannot import `{spec.import_path}`: {e}", source=source,
-                          key=f"applications[{spec.name}].import_path") from e
+        raise ConfigError(
+            f"cannot import `{spec.import_path}`: {e}", source=source, key=f"applications[{spec.name}].import_path"
+        ) from e
     args = spec.app_args(source) if spec.import_path == BUILDER else spec.args
     return builder(args) if callable(builder) else builder
 
@@ -84,4 +86,3 @@ def describe_status(app_names: list[str] | None = None) -> str:
             replicas = ", ".join(f"{n} {state.lower()}" for state, n in sorted(dep.replica_states.items())) or "-"
             lines.append(f"{app_name:<28} {app.status.value:<10} {dep_name:<12} {replicas}")
     return "\n".join(lines)
-

@@ -43,9 +43,11 @@ class ReplicaCounts:
             except Exception as e:  # the controller restarting: keep the last counts
                 log.debug("serve.status() failed, keeping the last replica counts: %s", e)
             else:
-                self._counts = {(app_name, name): max(1, d.replica_states.get("RUNNING", 0))
-                                for app_name, app in status.applications.items()
-                                for name, d in app.deployments.items()}
+                self._counts = {
+                    (app_name, name): max(1, d.replica_states.get("RUNNING", 0))
+                    for app_name, app in status.applications.items()
+                    for name, d in app.deployments.items()
+                }
             await asyncio.sleep(self.every_s)
 
 

@@ -42,7 +42,7 @@ def split_think(text: str) -> tuple[str | None, str]:
     match = _THINK.match(text)
     if not match:
         return None, text
-    return match.group(1).strip(), text[match.end():]
+    return match.group(1).strip(), text[match.end() :]
 
 
 def _text(content: Any) -> str:
@@ -81,13 +81,17 @@ def responses_request_to_chat(params: dict[str, Any]) -> dict[str, Any]:
         elif kind == "function_call":
             assistant = _open_assistant(messages, pending_reasoning, force_new=pending_reasoning is not None)
             pending_reasoning = None
-            assistant.setdefault("tool_calls", []).append({
-                "id": item.get("call_id", ""), "type": "function",
-                "function": {"name": item["name"], "arguments": item.get("arguments", "")},
-            })
+            assistant.setdefault("tool_calls", []).append(
+                {
+                    "id": item.get("call_id", ""),
+                    "type": "function",
+                    "function": {"name": item["name"], "arguments": item.get("arguments", "")},
+                }
+            )
         elif kind == "function_call_output":
-            messages.append({"role": "tool", "tool_call_id": item.get("call_id", ""),
-                             "content": _text(item.get("output"))})
+            messages.append(
+                {"role": "tool", "tool_call_id": item.get("call_id", ""), "content": _text(item.get("output"))}
+            )
     request: dict[str, Any] = {"messages": messages}
     if params.get("model"):
         request["model"] = params["model"]
@@ -122,8 +126,13 @@ def chat_request_to_responses(request: dict[str, Any]) -> dict[str, Any]:
     for message in request.get("messages", []):
         role = message["role"]
         if role == "tool":
-            items.append({"type": "function_call_output", "call_id": message.get("tool_call_id", ""),
-                          "output": _text(message.get("content"))})
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message.get("tool_call_id", ""),
+                    "output": _text(message.get("content")),
+                }
+            )
             continue
         text = _text(message.get("content"))
         if role == "assistant":
@@ -134,8 +143,14 @@ def chat_request_to_responses(request: dict[str, Any]) -> dict[str, Any]:
             if text:
                 items.append(_output_message(text))
             for call in message.get("tool_calls") or []:
-                items.append({"type": "function_call", "call_id": call.get("id", ""),
-                              "name": call["function"]["name"], "arguments": call["function"].get("arguments", "")})
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call.get("id", ""),
+                        "name": call["function"]["name"],
+                        "arguments": call["function"].get("arguments", ""),
+                    }
+                )
             bundle = {field: message[field] for field in TOKEN_FIELDS if field in message}
             if bundle:  # a turn's token ids ride on its last item, so the next call can extend them
                 if len(items) == first:
@@ -174,9 +189,16 @@ def chat_response_to_responses(completion: dict[str, Any], *, tool_calls_in_text
     if text.strip():
         output.append(_output_message(text))
     for call in message.get("tool_calls") or []:
-        output.append({"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:12]}", "call_id": call.get("id", ""),
-                       "name": call["function"]["name"], "arguments": call["function"].get("arguments", ""),
-                       "status": "completed"})
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{uuid.uuid4().hex[:12]}",
+                "call_id": call.get("id", ""),
+                "name": call["function"]["name"],
+                "arguments": call["function"].get("arguments", ""),
+                "status": "completed",
+            }
+        )
     usage = completion.get("usage") or {}
     response: dict[str, Any] = {
         "id": completion.get("id", f"resp_{uuid.uuid4().hex}"),
@@ -188,7 +210,9 @@ def chat_response_to_responses(completion: dict[str, Any], *, tool_calls_in_text
         "usage": {
             "input_tokens": usage.get("prompt_tokens", 0),
             "output_tokens": usage.get("completion_tokens", 0),
-            "total_tokens": usage.get("total_tokens", usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)),
+            "total_tokens": usage.get(
+                "total_tokens", usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+            ),
             "input_tokens_details": {"cached_tokens": 0},
             "output_tokens_details": {"reasoning_tokens": 0},
         },
@@ -201,12 +225,22 @@ def chat_response_to_responses(completion: dict[str, Any], *, tool_calls_in_text
 
 def responses_response_to_chat(response: dict[str, Any]) -> dict[str, Any]:
     """A Responses object as a Chat Completions response (one choice)."""
-    reasoning = [part.get("text", "") for item in response.get("output", []) if item.get("type") == "reasoning"
-                 for part in item.get("summary", [])]
+    reasoning = [
+        part.get("text", "")
+        for item in response.get("output", [])
+        if item.get("type") == "reasoning"
+        for part in item.get("summary", [])
+    ]
     texts = [_text(item.get("content")) for item in response.get("output", []) if item.get("type") == "message"]
-    calls = [{"id": item.get("call_id", ""), "type": "function",
-              "function": {"name": item["name"], "arguments": item.get("arguments", "")}}
-             for item in response.get("output", []) if item.get("type") == "function_call"]
+    calls = [
+        {
+            "id": item.get("call_id", ""),
+            "type": "function",
+            "function": {"name": item["name"], "arguments": item.get("arguments", "")},
+        }
+        for item in response.get("output", [])
+        if item.get("type") == "function_call"
+    ]
     content = "".join(texts)
     if reasoning:
         content = f"<think>{chr(10).join(reasoning)}</think>{content}"
@@ -220,17 +254,34 @@ def responses_response_to_chat(response: dict[str, Any]) -> dict[str, Any]:
         "object": "chat.completion",
         "created": int(response.get("created_at") or time.time()),
         "model": response.get("model") or "",
-        "choices": [{"index": 0, "message": message,
-                     "finish_reason": "length" if incomplete else ("tool_calls" if calls else "stop")}],
-        "usage": {"prompt_tokens": usage.get("input_tokens", 0), "completion_tokens": usage.get("output_tokens", 0),
-                  "total_tokens": usage.get("total_tokens", 0)},
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "length" if incomplete else ("tool_calls" if calls else "stop"),
+            }
+        ],
+        "usage": {
+            "prompt_tokens": usage.get("input_tokens", 0),
+            "completion_tokens": usage.get("output_tokens", 0),
+            "total_tokens": usage.get("total_tokens", 0),
+        },
     }
 
 
 def _reasoning_item(text: str) -> dict[str, Any]:
-    return {"type": "reasoning", "id": f"rs_{uuid.uuid4().hex[:12]}", "summary": [{"type": "summary_text", "text": text}]}
+    return {
+        "type": "reasoning",
+        "id": f"rs_{uuid.uuid4().hex[:12]}",
+        "summary": [{"type": "summary_text", "text": text}],
+    }
 
 
 def _output_message(text: str) -> dict[str, Any]:
-    return {"type": "message", "id": f"msg_{uuid.uuid4().hex[:12]}", "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    return {
+        "type": "message",
+        "id": f"msg_{uuid.uuid4().hex[:12]}",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }

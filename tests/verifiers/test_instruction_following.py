@@ -27,49 +27,99 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
     ("keywords:frequency", {"keyword": "gym", "frequency": 2, "relation": LESS}, "One gym.", "Gym, gym."),
     ("keywords:letter_frequency", {"letter": "z", "let_frequency": 2, "let_relation": AT_LEAST}, "Zig zag", "Zag"),
     ("keywords:letter_frequency", {"letter": "Z", "let_frequency": 2, "let_relation": LESS}, "Zag", "Zig zag"),
-    ("length_constraints:number_words", {"num_words": 4, "relation": LESS}, "Three short words.",
-     "Four words right here."),
-    ("length_constraints:number_words", {"num_words": 4, "relation": AT_LEAST}, "Four words right here.",
-     "Three short words."),
-    ("length_constraints:number_sentences", {"num_sentences": 3, "relation": AT_LEAST},
-     "Mr. Smith came. He sat! Why?", "Mr. Smith came. He sat."),
-    ("length_constraints:number_sentences", {"num_sentences": 2, "relation": LESS}, "Dr. Who left at 3.30 today.",
-     "One. Two."),
-    ("length_constraints:number_paragraphs", {"num_paragraphs": 2}, "First part.\n***\nSecond part.",
-     "First part.\n***\n***\nSecond part."),
-    ("length_constraints:nth_paragraph_first_word", {"num_paragraphs": 2, "nth_paragraph": 2, "first_word": "Then"},
-     "First.\n\n\"Then, later.", "First.\n\nNow then."),
-    ("detectable_content:number_placeholders", {"num_placeholders": 2}, "Send [name] to [address].",
-     "Send [name] over."),
+    (
+        "length_constraints:number_words",
+        {"num_words": 4, "relation": LESS},
+        "Three short words.",
+        "Four words right here.",
+    ),
+    (
+        "length_constraints:number_words",
+        {"num_words": 4, "relation": AT_LEAST},
+        "Four words right here.",
+        "Three short words.",
+    ),
+    (
+        "length_constraints:number_sentences",
+        {"num_sentences": 3, "relation": AT_LEAST},
+        "Mr. Smith came. He sat! Why?",
+        "Mr. Smith came. He sat.",
+    ),
+    (
+        "length_constraints:number_sentences",
+        {"num_sentences": 2, "relation": LESS},
+        "Dr. Who left at 3.30 today.",
+        "One. Two.",
+    ),
+    (
+        "length_constraints:number_paragraphs",
+        {"num_paragraphs": 2},
+        "First part.\n***\nSecond part.",
+        "First part.\n***\n***\nSecond part.",
+    ),
+    (
+        "length_constraints:nth_paragraph_first_word",
+        {"num_paragraphs": 2, "nth_paragraph": 2, "first_word": "Then"},
+        'First.\n\n"Then, later.',
+        "First.\n\nNow then.",
+    ),
+    (
+        "detectable_content:number_placeholders",
+        {"num_placeholders": 2},
+        "Send [name] to [address].",
+        "Send [name] over.",
+    ),
     ("detectable_content:postscript", {"postscript_marker": "P.S."}, "Hi.\n\nP.S. bring cake", "Hi. PS bring cake"),
     ("detectable_content:postscript", {"postscript_marker": "P.P.S"}, "Hi.\nP.P.S. more", "Hi.\nP.S. more"),
     ("detectable_format:number_bullet_lists", {"num_bullets": 2}, "* one\n- two", "* one\n* two\n* three"),
     ("detectable_format:constrained_response", {}, "My answer is maybe.", "Maybe."),
     ("detectable_format:number_highlighted_sections", {"num_highlights": 2}, "*one* and **two**", "*one* and ** **"),
-    ("detectable_format:multiple_sections", {"section_spliter": "SECTION", "num_sections": 2},
-     "SECTION 1\nintro\nSECTION 2\nbody", "SECTION 1\nonly one"),
+    (
+        "detectable_format:multiple_sections",
+        {"section_spliter": "SECTION", "num_sections": 2},
+        "SECTION 1\nintro\nSECTION 2\nbody",
+        "SECTION 1\nonly one",
+    ),
     ("detectable_format:json_format", {}, '```json\n{"a": 1}\n```', '{"a": 1,}'),
     ("detectable_format:title", {}, "<<Poem of Joy>>\nLines", "<< >> no title"),
     ("combination:two_responses", {}, "Yes.\n******\nNo.", "Yes.\n******\nYes."),
-    ("combination:repeat_prompt", {"prompt_to_repeat": "Write a haiku."}, "write a haiku. Leaves fall...",
-     "Leaves fall. Write a haiku."),
-    ("startend:end_checker", {"end_phrase": "Any other questions?"}, "Done. any other questions?\"",
-     "Any other questions? Bye."),
+    (
+        "combination:repeat_prompt",
+        {"prompt_to_repeat": "Write a haiku."},
+        "write a haiku. Leaves fall...",
+        "Leaves fall. Write a haiku.",
+    ),
+    (
+        "startend:end_checker",
+        {"end_phrase": "Any other questions?"},
+        'Done. any other questions?"',
+        "Any other questions? Bye.",
+    ),
     ("startend:quotation", {}, '"Quoted answer."', 'Quoted "answer".'),
-    ("change_case:capital_word_frequency", {"capital_frequency": 2, "capital_relation": AT_LEAST},
-     "USE CAPS sometimes", "Use CAPS rarely"),
-    ("change_case:capital_word_frequency", {"capital_frequency": 2, "capital_relation": LESS},
-     "Use CAPS rarely", "USE CAPS a lot"),
+    (
+        "change_case:capital_word_frequency",
+        {"capital_frequency": 2, "capital_relation": AT_LEAST},
+        "USE CAPS sometimes",
+        "Use CAPS rarely",
+    ),
+    (
+        "change_case:capital_word_frequency",
+        {"capital_frequency": 2, "capital_relation": LESS},
+        "Use CAPS rarely",
+        "USE CAPS a lot",
+    ),
     ("change_case:english_capital", {}, "ALL CAPS, 100%!", "ALL CAPS but one"),
     ("change_case:english_lowercase", {}, "all lower, 100%!", "all lower but One"),
     ("punctuation:no_comma", {}, "No commas here.", "One, two."),
 ]
 
 
-@pytest.mark.parametrize(("instruction_id", "kwargs", "follows", "breaks"), CASES,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
-def test_each_instruction_is_followed_and_broken(instruction_id: str, kwargs: dict[str, Any], follows: str,
-                                                  breaks: str) -> None:
+@pytest.mark.parametrize(
+    ("instruction_id", "kwargs", "follows", "breaks"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
+)
+def test_each_instruction_is_followed_and_broken(
+    instruction_id: str, kwargs: dict[str, Any], follows: str, breaks: str
+) -> None:
     instruction = make_instruction(instruction_id, kwargs)
     assert instruction.check(follows) is True
     assert instruction.check(breaks) is False
@@ -81,29 +131,46 @@ def test_every_registered_instruction_has_a_case_and_there_are_enough() -> None:
     assert not any(i.startswith("language:") for i in INSTRUCTIONS), "language detection needs a model"
 
 
-@pytest.mark.parametrize(("count", "relation", "threshold", "follows"), [
-    (3, LESS, 4, True), (4, LESS, 4, False), (4, AT_LEAST, 4, True), (3, AT_LEAST, 4, False),
-])
+@pytest.mark.parametrize(
+    ("count", "relation", "threshold", "follows"),
+    [
+        (3, LESS, 4, True),
+        (4, LESS, 4, False),
+        (4, AT_LEAST, 4, True),
+        (3, AT_LEAST, 4, False),
+    ],
+)
 def test_relations_at_their_boundary(count: int, relation: str, threshold: int, follows: bool) -> None:
     words = make_instruction("length_constraints:number_words", {"num_words": threshold, "relation": relation})
     assert words.check(" ".join(["word"] * count)) is follows
 
 
-@pytest.mark.parametrize(("text", "sentences"), [
-    ("One. Two! Three?", ["One.", "Two!", "Three?"]),
-    ("Mr. Smith met Dr. Jones, e.g. at noon. Then left.", ["Mr. Smith met Dr. Jones, e.g. at noon.", "Then left."]),
-    ("J. K. Rowling wrote it. Pi is 3.14 and e is 2.72.", ["J. K. Rowling wrote it.", "Pi is 3.14 and e is 2.72."]),
-    ('He said "stop." She did...  Fine', ['He said "stop."', "She did...", "Fine"]),
-    ("A heading\n\nThe body has no end mark", ["A heading", "The body has no end mark"]),
-    ("", []),
-])
+@pytest.mark.parametrize(
+    ("text", "sentences"),
+    [
+        ("One. Two! Three?", ["One.", "Two!", "Three?"]),
+        (
+            "Mr. Smith met Dr. Jones, e.g. at noon. Then left.",
+            ["Mr. Smith met Dr. Jones, e.g. at noon.", "Then left."],
+        ),
+        (
+            "J. K. Rowling wrote it. Pi is 3.14 and e is 2.72.",
+            ["J. K. Rowling wrote it.", "Pi is 3.14 and e is 2.72."],
+        ),
+        ('He said "stop." She did...  Fine', ['He said "stop."', "She did...", "Fine"]),
+        ("A heading\n\nThe body has no end mark", ["A heading", "The body has no end mark"]),
+        ("", []),
+    ],
+)
 def test_split_sentences(text: str, sentences: list[str]) -> None:
     assert split_sentences(text) == sentences
 
 
 def test_loose_scoring_forgives_a_wrapper_line_and_markdown_but_strict_does_not() -> None:
-    row = (["startend:end_checker", "change_case:english_lowercase", "detectable_format:json_format"],
-           [{"end_phrase": "is that all?"}, None, None])
+    row = (
+        ["startend:end_checker", "change_case:english_lowercase", "detectable_format:json_format"],
+        [{"end_phrase": "is that all?"}, None, None],
+    )
     lowercase_with_preamble = 'Sure! Here it is:\n"... is that all?"'
     result = verify_instructions(lowercase_with_preamble, row[0][:2], row[1][:2])
     assert [(r.strict, r.loose) for r in result.instructions] == [(True, True), (False, True)]
@@ -118,13 +185,22 @@ def test_loose_scoring_forgives_a_wrapper_line_and_markdown_but_strict_does_not(
 
 def test_loose_variants_are_ifevals_eight() -> None:
     variants = loose_variants("intro\n*body*\noutro")
-    assert variants == ["intro\n*body*\noutro", "*body*\noutro", "intro\n*body*", "*body*",
-                        "intro\nbody\noutro", "body\noutro", "intro\nbody", "body"]
+    assert variants == [
+        "intro\n*body*\noutro",
+        "*body*\noutro",
+        "intro\n*body*",
+        "*body*",
+        "intro\nbody\noutro",
+        "body\noutro",
+        "intro\nbody",
+        "body",
+    ]
 
 
 def test_an_empty_response_follows_nothing_even_forbidding_instructions() -> None:
-    result = verify_instructions("  \n", ["punctuation:no_comma", "keywords:forbidden_words"],
-                                 [{}, {"forbidden_words": ["x"]}])
+    result = verify_instructions(
+        "  \n", ["punctuation:no_comma", "keywords:forbidden_words"], [{}, {"forbidden_words": ["x"]}]
+    )
     assert [(r.strict, r.loose) for r in result.instructions] == [(False, False), (False, False)]
     assert result.instruction_level_loose == 0.0
 
@@ -143,16 +219,20 @@ def test_unknown_id_names_it_and_suggests_the_closest() -> None:
         make_instruction("language:response_language", {"language": "de"})
 
 
-@pytest.mark.parametrize(("instruction_id", "kwargs", "field", "says"), [
-    ("length_constraints:number_words", {"num_words": 5}, "relation", "required"),
-    ("length_constraints:number_words", {"num_words": 5, "relation": "more than"}, "relation", "'at least'"),
-    ("length_constraints:number_words", {"num_words": -1, "relation": "less than"}, "num_words", "greater than"),
-    ("keywords:letter_frequency", {"letter": "ab", "let_frequency": 1, "let_relation": LESS}, "letter", "pattern"),
-    ("punctuation:no_comma", {"comma": False}, "comma", "unexpected kwarg"),
-    ("keywords:existence", {"keywords": []}, "keywords", "at least 1"),
-])
-def test_bad_kwargs_name_the_instruction_and_the_field(instruction_id: str, kwargs: dict[str, Any], field: str,
-                                                       says: str) -> None:
+@pytest.mark.parametrize(
+    ("instruction_id", "kwargs", "field", "says"),
+    [
+        ("length_constraints:number_words", {"num_words": 5}, "relation", "required"),
+        ("length_constraints:number_words", {"num_words": 5, "relation": "more than"}, "relation", "'at least'"),
+        ("length_constraints:number_words", {"num_words": -1, "relation": "less than"}, "num_words", "greater than"),
+        ("keywords:letter_frequency", {"letter": "ab", "let_frequency": 1, "let_relation": LESS}, "letter", "pattern"),
+        ("punctuation:no_comma", {"comma": False}, "comma", "unexpected kwarg"),
+        ("keywords:existence", {"keywords": []}, "keywords", "at least 1"),
+    ],
+)
+def test_bad_kwargs_name_the_instruction_and_the_field(
+    instruction_id: str, kwargs: dict[str, Any], field: str, says: str
+) -> None:
     with pytest.raises(InstructionError) as info:
         make_instruction(instruction_id, kwargs, index=1)
     message = str(info.value)
@@ -179,8 +259,16 @@ def test_prompt_level_needs_every_instruction() -> None:
 
 def test_hostile_responses_are_checked_in_linear_time() -> None:
     """Long runs that make naive regexes backtrack quadratically (IFEval's placeholder, title, postscript ones)."""
-    hostile = ["[" * 100_000, "<<" * 50_000, " " * 100_000, "." * 100_000 + "x", "A. " * 30_000, "{" * 100_000,
-               "*a" * 50_000, "P." * 50_000]
+    hostile = [
+        "[" * 100_000,
+        "<<" * 50_000,
+        " " * 100_000,
+        "." * 100_000 + "x",
+        "A. " * 30_000,
+        "{" * 100_000,
+        "*a" * 50_000,
+        "P." * 50_000,
+    ]
     instructions = [make_instruction(i, k) for i, k, _, _ in CASES]
     started = time.monotonic()
     for text in hostile:

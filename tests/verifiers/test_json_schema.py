@@ -38,9 +38,9 @@ PERSON = {
     [
         ('{"a": 1}', {"a": 1}),
         ("  [1, 2]\n", [1, 2]),
-        ("Here you go:\n```json\n{\"a\": 1}\n```\nDone.", {"a": 1}),
-        ("```\n{\"a\": 2}\n```", {"a": 2}),
-        ("Draft:\n```json\n{\"a\": 1}\n```\nFixed:\n```JSON\n{\"a\": 3}\n```\nThat's final.", {"a": 3}),
+        ('Here you go:\n```json\n{"a": 1}\n```\nDone.', {"a": 1}),
+        ('```\n{"a": 2}\n```', {"a": 2}),
+        ('Draft:\n```json\n{"a": 1}\n```\nFixed:\n```JSON\n{"a": 3}\n```\nThat\'s final.', {"a": 3}),
         ('Sure! {"a": {"b": [1, 2]}} Hope this helps {at all}.', {"a": {"b": [1, 2]}}),
         ('Strings may hold braces: {"s": "}{ ]["} end', {"s": "}{ ]["}),
         ('first {"a": 1} then the answer {"a": 2}', {"a": 2}),
@@ -55,8 +55,8 @@ def test_extract_json(text: str, value: object) -> None:
     ("text", "message"),
     [
         ("no json here at all", "holds no JSON object or array"),
-        ("```json\n{\"a\": 1,}\n```", "the last ```json block is not valid JSON"),
-        ("```json\n{\"a\": 1}\n```\nthen\n```json\n{oops}\n```", "the last ```json block"),
+        ('```json\n{"a": 1,}\n```', "the last ```json block is not valid JSON"),
+        ('```json\n{"a": 1}\n```\nthen\n```json\n{oops}\n```', "the last ```json block"),
         ("Answer: {\"name\": 'x'}", "no {...} or [...] in the answer is valid JSON (tried 1); the last: Expecting "),
         ("Answer: {name: 'x'} (not JSON at all)", "holds no JSON object or array"),
         ('{"a": 1,}', "(tried 1); the last: "),
@@ -108,16 +108,20 @@ def test_the_schema_may_be_json_text_as_in_nemo_gym_rows() -> None:
 
 
 def test_formats_with_a_checker_are_checked() -> None:
-    schema = {"type": "object", "properties": {"email": {"type": "string", "format": "email"},
-                                               "day": {"type": "string", "format": "date"}}}
+    schema = {
+        "type": "object",
+        "properties": {"email": {"type": "string", "format": "email"}, "day": {"type": "string", "format": "date"}},
+    }
     assert verify_json('{"email": "a@example.com", "day": "2024-02-29"}', schema).reward == 1.0
     assert verify_json('{"email": "not an email"}', schema).error_path == "$.email"
     assert verify_json('{"day": "2023-02-30"}', schema).error_path == "$.day"
 
 
 def test_strict_mode_requires_every_property_and_forbids_others_like_nemo_gym() -> None:
-    loose = {"type": "object", "properties": {"a": {"type": "integer"},
-                                              "b": {"type": "object", "properties": {"c": {"type": "string"}}}}}
+    loose = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "object", "properties": {"c": {"type": "string"}}}},
+    }
     assert verify_json('{"a": 1}', loose).reward == 1.0
     strict = verify_json('{"a": 1}', loose, strict=True)
     assert strict.reward == 0.0 and "'b' is a required property" in strict.error
@@ -130,8 +134,10 @@ def test_strict_mode_requires_every_property_and_forbids_others_like_nemo_gym() 
     ("schema", "message"),
     [
         ({"type": "strnig"}, r"invalid JSON schema at \$\.type"),
-        ({"type": "object", "properties": {"a": {"type": "string", "pattern": "(["}}},
-         r"invalid JSON schema at \$\.properties\.a\.pattern"),
+        (
+            {"type": "object", "properties": {"a": {"type": "string", "pattern": "(["}}},
+            r"invalid JSON schema at \$\.properties\.a\.pattern",
+        ),
         ({"type": "object", "required": "a"}, r"at \$\.required"),
         ('{"type": "object",', "the schema is not valid JSON"),
         ("[1, 2]", "a JSON schema is an object or a boolean, got list"),

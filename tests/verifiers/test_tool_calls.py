@@ -10,18 +10,34 @@ import pytest
 from gym_serve.verifiers.tool_calls import compare_calls, normalize_arguments
 
 TOOLS = [
-    {"type": "function", "name": "get_weather", "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"},
-                       "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
-                       "days": {"type": "integer", "default": 1}},
-        "required": ["city"]}},
-    {"type": "function", "name": "book", "parameters": {
-        "type": "object",
-        "properties": {"guests": {"type": "integer"}, "price": {"type": "number"}, "vip": {"type": "boolean"},
-                       "zip": {"type": "string"},
-                       "room": {"type": "object", "properties": {"floor": {"type": "integer"}}},
-                       "dates": {"type": "array", "items": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+                "days": {"type": "integer", "default": 1},
+            },
+            "required": ["city"],
+        },
+    },
+    {
+        "type": "function",
+        "name": "book",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "guests": {"type": "integer"},
+                "price": {"type": "number"},
+                "vip": {"type": "boolean"},
+                "zip": {"type": "string"},
+                "room": {"type": "object", "properties": {"floor": {"type": "integer"}}},
+                "dates": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+    },
 ]
 
 
@@ -64,12 +80,21 @@ def test_strings_and_numbers_differ_unless_the_schema_or_lenient_says_so() -> No
 
 
 def test_omitted_defaults_equal_explicit_defaults() -> None:
-    assert reward([call("get_weather", city="Paris")],
-                  [expect("get_weather", city="Paris", unit="celsius")], tools=TOOLS) == 1.0
-    assert reward([call("get_weather", city="Paris", unit="celsius", days=1)],
-                  [expect("get_weather", city="Paris")], tools=TOOLS) == 1.0
-    result = compare_calls([call("get_weather", city="Paris")],
-                           [expect("get_weather", city="Paris", unit="fahrenheit")], tools=TOOLS)
+    assert (
+        reward([call("get_weather", city="Paris")], [expect("get_weather", city="Paris", unit="celsius")], tools=TOOLS)
+        == 1.0
+    )
+    assert (
+        reward(
+            [call("get_weather", city="Paris", unit="celsius", days=1)],
+            [expect("get_weather", city="Paris")],
+            tools=TOOLS,
+        )
+        == 1.0
+    )
+    result = compare_calls(
+        [call("get_weather", city="Paris")], [expect("get_weather", city="Paris", unit="fahrenheit")], tools=TOOLS
+    )
     assert result.reward == 0.0
     assert result.checks[0].problems == ('`unit`: expected "fahrenheit", got "celsius"',)
     # Without the schema there is no default to fill in.
@@ -77,8 +102,11 @@ def test_omitted_defaults_equal_explicit_defaults() -> None:
 
 
 def test_parallel_calls_match_as_multisets() -> None:
-    expected = [expect("get_weather", city="Paris"), expect("get_weather", city="Rome"),
-                expect("get_weather", city="Paris")]
+    expected = [
+        expect("get_weather", city="Paris"),
+        expect("get_weather", city="Rome"),
+        expect("get_weather", city="Paris"),
+    ]
     shuffled = [call("get_weather", city="Paris"), call("get_weather", city="Paris"), call("get_weather", city="Rome")]
     result = compare_calls(shuffled, expected, tools=TOOLS)
     assert result.reward == 1.0 and result.num_correct == 3
@@ -89,17 +117,22 @@ def test_parallel_calls_match_as_multisets() -> None:
 
 def test_details_say_which_call_was_wrong_missing_or_extra() -> None:
     expected = [expect("get_weather", city="Paris"), expect("book", guests=2, dates=["2024-05-01", "2024-05-02"])]
-    predicted = [call("book", guests=2, dates=["2024-05-02", "2024-05-01"], pets=True),
-                 call("get_weather", city="Paris"), call("send_email", to="x")]
+    predicted = [
+        call("book", guests=2, dates=["2024-05-02", "2024-05-01"], pets=True),
+        call("get_weather", city="Paris"),
+        call("send_email", to="x"),
+    ]
     result = compare_calls(predicted, expected, tools=TOOLS)
     assert result.reward == 0.0 and (result.num_expected, result.num_predicted, result.num_correct) == (2, 3, 1)
     by_status = {c.status: c for c in result.checks}
     assert set(by_status) == {"matched", "wrong_arguments", "extra"}
     wrong = by_status["wrong_arguments"]
     assert (wrong.name, wrong.expected_index, wrong.predicted_index) == ("book", 1, 0)
-    assert wrong.problems == ('`dates[0]`: expected "2024-05-01", got "2024-05-02"',
-                              '`dates[1]`: expected "2024-05-02", got "2024-05-01"',
-                              "`pets`: not expected (got true)")
+    assert wrong.problems == (
+        '`dates[0]`: expected "2024-05-01", got "2024-05-02"',
+        '`dates[1]`: expected "2024-05-02", got "2024-05-01"',
+        "`pets`: not expected (got true)",
+    )
     assert (by_status["extra"].name, by_status["extra"].predicted_index) == ("send_email", 2)
     assert result.details()[0]["status"] == "matched" and isinstance(result.details()[1]["problems"], list)
 
@@ -154,6 +187,9 @@ def test_a_malformed_expected_call_is_the_tasks_error(expected: list[dict[str, A
 
 def test_normalize_arguments_shows_what_is_compared() -> None:
     schema = TOOLS[0]["parameters"]
-    assert normalize_arguments('{"city": "Oslo", "days": "3"}', schema) == {"city": "Oslo", "days": 3,
-                                                                             "unit": "celsius"}
+    assert normalize_arguments('{"city": "Oslo", "days": "3"}', schema) == {
+        "city": "Oslo",
+        "days": 3,
+        "unit": "celsius",
+    }
     assert normalize_arguments("", schema) == {"unit": "celsius", "days": 1}

@@ -14,8 +14,13 @@ from gym_serve.envs.structured_outputs import StructuredOutputs
 
 
 def obj(properties: dict, **extra) -> dict:
-    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False,
-            **extra}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+        **extra,
+    }
 
 
 STRING, INTEGER, NUMBER, BOOLEAN = {"type": "string"}, {"type": "integer"}, {"type": "number"}, {"type": "boolean"}
@@ -30,9 +35,19 @@ EXAMPLES = [
     ),
     (  # a fenced block inside prose right; a price as a string (nested path) wrong
         "Order 5521: two notebooks at 3.50 each and one fountain pen at 24.90. Paid by card.",
-        obj({"order_id": INTEGER, "items": {"type": "array", "minItems": 1, "items": obj(
-            {"product": STRING, "quantity": {"type": "integer", "minimum": 1}, "unit_price": NUMBER})},
-            "payment": {"type": "string", "enum": ["card", "cash", "transfer"]}}),
+        obj(
+            {
+                "order_id": INTEGER,
+                "items": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": obj(
+                        {"product": STRING, "quantity": {"type": "integer", "minimum": 1}, "unit_price": NUMBER}
+                    ),
+                },
+                "payment": {"type": "string", "enum": ["card", "cash", "transfer"]},
+            }
+        ),
         'Here is the order:\n```json\n{"order_id": 5521, "items": [{"product": "notebook", "quantity": 2, '
         '"unit_price": 3.5}, {"product": "fountain pen", "quantity": 1, "unit_price": 24.9}], "payment": "card"}\n```',
         'Here is the order:\n```json\n{"order_id": 5521, "items": [{"product": "notebook", "quantity": 2, '
@@ -40,15 +55,27 @@ EXAMPLES = [
     ),
     (  # enum and date format right; a trailing comma (parse error) wrong
         "The quarterly review is scheduled for 2025-03-14 in room B2; it has been confirmed by all attendees.",
-        obj({"event": STRING, "date": {"type": "string", "format": "date"}, "room": STRING,
-             "status": {"type": "string", "enum": ["tentative", "confirmed", "cancelled"]}}),
+        obj(
+            {
+                "event": STRING,
+                "date": {"type": "string", "format": "date"},
+                "room": STRING,
+                "status": {"type": "string", "enum": ["tentative", "confirmed", "cancelled"]},
+            }
+        ),
         '{"event": "quarterly review", "date": "2025-03-14", "room": "B2", "status": "confirmed"}',
         '{"event": "quarterly review", "date": "2025-03-14", "room": "B2", "status": "confirmed",}',
     ),
     (  # JSON after prose right; an extra property (strict schemas forbid it) wrong
         "Pancakes: 200 g flour, 2 eggs, 300 ml milk. Serves 4; takes 20 minutes.",
-        obj({"dish": STRING, "servings": INTEGER, "minutes": INTEGER,
-             "ingredients": {"type": "array", "items": STRING, "minItems": 1}}),
+        obj(
+            {
+                "dish": STRING,
+                "servings": INTEGER,
+                "minutes": INTEGER,
+                "ingredients": {"type": "array", "items": STRING, "minItems": 1},
+            }
+        ),
         'Sure. The recipe as JSON: {"dish": "pancakes", "servings": 4, "minutes": 20, '
         '"ingredients": ["200 g flour", "2 eggs", "300 ml milk"]} Enjoy!',
         'Sure. The recipe as JSON: {"dish": "pancakes", "servings": 4, "minutes": 20, '
@@ -56,8 +83,12 @@ EXAMPLES = [
     ),
     (  # a top-level array right; an object where an array is required wrong
         "Sensor log: at 08:00 the probe read 21.5 C (ok); at 09:00 it read 27.1 C (alarm).",
-        {"type": "array", "items": obj({"time": {"type": "string", "pattern": "^[0-2][0-9]:[0-5][0-9]$"},
-                                        "celsius": NUMBER, "alarm": BOOLEAN})},
+        {
+            "type": "array",
+            "items": obj(
+                {"time": {"type": "string", "pattern": "^[0-2][0-9]:[0-5][0-9]$"}, "celsius": NUMBER, "alarm": BOOLEAN}
+            ),
+        },
         '[{"time": "08:00", "celsius": 21.5, "alarm": false}, {"time": "09:00", "celsius": 27.1, "alarm": true}]',
         '{"readings": [{"time": "08:00", "celsius": 21.5, "alarm": false}, '
         '{"time": "09:00", "celsius": 27.1, "alarm": true}]}',
@@ -75,18 +106,22 @@ EXAMPLES = [
 
 
 def prompt(document: str, schema: dict) -> str:
-    return (f"# Document:\n{document}\n\n# Instructions:\nExtract the document's facts as JSON that validates "
-            f"against this JSON schema (every property is required; add no others):\n{json.dumps(schema)}")
-
-
+    return (
+        f"# Document:\n{document}\n\n# Instructions:\nExtract the document's facts as JSON that validates "
+        f"against this JSON schema (every property is required; add no others):\n{json.dumps(schema)}"
+    )
 
 
 def main() -> None:
     examples = []
     for document, schema, right, wrong in EXAMPLES:
         properties = schema.get("properties", schema.get("items", {}).get("properties", {}))
-        row = {"responses_create_params": {"input": [{"role": "user", "content": prompt(document, schema)}]},
-               "schema_str": json.dumps(schema), "schema_type": "json", "schema_fields_count": str(len(properties))}
+        row = {
+            "responses_create_params": {"input": [{"role": "user", "content": prompt(document, schema)}]},
+            "schema_str": json.dumps(schema),
+            "schema_type": "json",
+            "schema_fields_count": str(len(properties)),
+        }
         examples.append((row, says(right), says(wrong)))
     asyncio.run(record(StructuredOutputs, examples))
 
