@@ -23,6 +23,7 @@ import psutil
 import ray
 from ray import serve
 
+from gym_serve.collect.job import CollectJob
 from gym_serve.serving import deploy as serving
 from gym_serve.serving.config import AppSpec
 
@@ -33,6 +34,7 @@ ZERO_CPU = {"ray_actor_options": {"num_cpus": 0}}
 
 
 # ---- cluster and applications -------------------------------------------------------------------------------
+
 
 def start() -> None:
     """A local Ray instance with Serve (no HTTP proxy)."""
@@ -45,20 +47,33 @@ def deploy(*apps: dict[str, Any]) -> None:
     serving.deploy([AppSpec.model_validate(app) for app in apps], source="<benchmark>")
 
 
-def weather_app(name: str, *, model: dict[str, Any], env: dict[str, Any] | None = None,
-                env_name: str = "synthetic_load", env_deployment: dict[str, Any] | None = None,
-                agent_deployment: dict[str, Any] | None = None,
-                model_deployment: dict[str, Any] | None = None) -> dict[str, Any]:
+def weather_app(
+    name: str,
+    *,
+    model: dict[str, Any],
+    env: dict[str, Any] | None = None,
+    env_name: str = "synthetic_load",
+    env_deployment: dict[str, Any] | None = None,
+    agent_deployment: dict[str, Any] | None = None,
+    model_deployment: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The weather task as a Serve config entry (`synthetic_load`, the default, is weather + dialled costs)."""
     environment = {"name": env_name, "deployment": {**ZERO_CPU, **(env_deployment or {})}}
     if env:
         environment["config"] = env
-    return {"name": name, "import_path": "gym_serve.deployments.app:build_app", "args": {
-        "environment": environment,
-        "agent": {"deployment": {**ZERO_CPU, **(agent_deployment or {})}},
-        "model": {"recordings": ["example_single_tool_call"], **model,
-                  "deployment": {**ZERO_CPU, **(model_deployment or {})}},
-    }}
+    return {
+        "name": name,
+        "import_path": "gym_serve.deployments.app:build_app",
+        "args": {
+            "environment": environment,
+            "agent": {"deployment": {**ZERO_CPU, **(agent_deployment or {})}},
+            "model": {
+                "recordings": ["example_single_tool_call"],
+                **model,
+                "deployment": {**ZERO_CPU, **(model_deployment or {})},
+            },
+        },
+    }
 
 
 def replicas(app: str) -> dict[str, int]:
@@ -68,6 +83,7 @@ def replicas(app: str) -> dict[str, int]:
 
 
 # ---- CPU and memory -------------------------------------------------------------------------------------------
+
 
 def session_processes() -> list[psutil.Process]:
     """This process and every process of the local Ray instance (GCS, raylet, workers, replicas, their children)."""
@@ -100,6 +116,7 @@ def cpu_since(before: dict[int, float]) -> float:
 
 # ---- load -----------------------------------------------------------------------------------------------------
 
+
 def rows_file(path: Path, n: int, *, source: Path = WEATHER_ROWS) -> Path:
     """`n` input rows cycling through `source`'s rows."""
     rows = source.read_text().splitlines()
@@ -121,17 +138,23 @@ def collect(job: dict[str, Any], *, sample_every_s: float = 0.5) -> tuple[dict[s
     driver = RolloutDriver.remote()
     ray.get(driver.progress.remote())  # the actor is up: its start-up is not the collection's CPU
     cpu = cpu_times()
-    pending = driver.collect.remote(job)
+    pending = driver.collect.remote(CollectJob.model_validate(job))
     samples: list[dict[str, float]] = []
     started = time.perf_counter()
     while True:
         ready, _ = ray.wait([pending], timeout=sample_every_s)
         progress = ray.get(driver.progress.remote())
-        samples.append({"t": time.perf_counter() - started, "done": progress["rollouts"] + progress["failures"],
-                        "in_flight": progress["in_flight"], "rss_mb": progress["driver_rss_mb"]})
+        samples.append(
+            {
+                "t": time.perf_counter() - started,
+                "done": progress.rollouts + progress.failures,
+                "in_flight": progress.in_flight,
+                "rss_mb": progress.driver_rss_mb,
+            }
+        )
         if ready:
             break
-    summary = ray.get(pending)
+    summary = ray.get(pending).model_dump()
     summary["cpu_s"] = cpu_since(cpu)
     ray.kill(driver)
     return summary, samples
@@ -171,7 +194,9 @@ class Poller:
             self._thread.join()
 
 
-async def closed_loop(call: Callable[[int], Any], schedule: list[tuple[float, int]], t0: float) -> list[tuple[float, float]]:
+async def closed_loop(
+    call: Callable[[int], Any], schedule: list[tuple[float, int]], t0: float
+) -> list[tuple[float, float]]:
     """Closed-loop clients: during each `(seconds, clients)` phase, that many clients call `call(i)` back to back.
 
     Returns `(finish time, latency)` of every call. Clients beyond a phase's count
@@ -208,9 +233,12 @@ async def closed_loop(call: Callable[[int], Any], schedule: list[tuple[float, in
 
 # ---- results --------------------------------------------------------------------------------------------------
 
+
 def machine() -> str:
-    return (f"{platform.machine()}, {os.cpu_count()} CPUs, {psutil.virtual_memory().total >> 30} GiB, "
-            f"Python {platform.python_version()}, Ray {ray.__version__}")
+    return (
+        f"{platform.machine()}, {os.cpu_count()} CPUs, {psutil.virtual_memory().total >> 30} GiB, "
+        f"Python {platform.python_version()}, Ray {ray.__version__}"
+    )
 
 
 def cpu_calibration_s() -> float:
@@ -230,8 +258,14 @@ def write_result(name: str, document: dict[str, Any]) -> Path:
     stamp = datetime.now()
     RESULTS.mkdir(exist_ok=True)
     base = RESULTS / f"{name}-{stamp:%Y%m%d-%H%M%S}"
-    document = {"benchmark": name, "date": stamp.isoformat(timespec="seconds"), "machine": machine(),
-                "cpu_calibration_s": cpu_calibration_s(), "load_average_at_end": os.getloadavg(), **document}
+    document = {
+        "benchmark": name,
+        "date": stamp.isoformat(timespec="seconds"),
+        "machine": machine(),
+        "cpu_calibration_s": cpu_calibration_s(),
+        "load_average_at_end": os.getloadavg(),
+        **document,
+    }
     base.with_suffix(".json").write_text(json.dumps(document, indent=2))
     return base
 

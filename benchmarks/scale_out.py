@@ -30,25 +30,38 @@ import harness
 import ray
 from ray import serve
 
+from gym_serve.collect.job import CollectJob
+
 IO_LATENCY_S, IO_SLOTS, CPU_MS = 0.5, 2, 20.0
 
 
 def collect_rate(work: Path, app: str, n: int, concurrency: int) -> float:
     source = harness.rows_file(work / f"in-{n}.jsonl", n)
-    summary, samples = harness.collect({"input_path": str(source), "output_path": str(work / f"{app}.jsonl"),
-                                        "agents": [app], "default_agent": app, "concurrency": concurrency})
+    summary, samples = harness.collect(
+        {
+            "input_path": str(source),
+            "output_path": str(work / f"{app}.jsonl"),
+            "agents": [app],
+            "default_agent": app,
+            "concurrency": concurrency,
+        }
+    )
     return harness.steady_rate(samples) or summary["rollouts_per_s"]
 
 
 def verifier_tier(work: Path, kind: str, counts: list[int], seconds: float) -> list[dict[str, Any]]:
-    env = ({"verify_latency": {"mean_s": IO_LATENCY_S}, "max_concurrent_verifications": IO_SLOTS}
-           if kind == "io_verifier" else {"verify_cpu_ms": CPU_MS})
+    env = (
+        {"verify_latency": {"mean_s": IO_LATENCY_S}, "max_concurrent_verifications": IO_SLOTS}
+        if kind == "io_verifier"
+        else {"verify_cpu_ms": CPU_MS}
+    )
     per_replica = IO_SLOTS / IO_LATENCY_S if kind == "io_verifier" else 1000 / CPU_MS
     points = []
     for replicas in counts:
         app = f"{kind}-{replicas}"
-        harness.deploy(harness.weather_app(app, model={"kind": "synthetic"}, env=env,
-                                           env_deployment={"num_replicas": replicas}))
+        harness.deploy(
+            harness.weather_app(app, model={"kind": "synthetic"}, env=env, env_deployment={"num_replicas": replicas})
+        )
         n = int(per_replica * replicas * seconds)
         collect_rate(work, app, max(64, n // 10), 64)  # warm up
         rate = collect_rate(work, app, n, concurrency=max(64, 4 * IO_SLOTS * replicas))
@@ -62,23 +75,41 @@ def drivers(work: Path, counts: list[int], seconds: float) -> list[dict[str, Any
     from gym_serve.collect.driver import RolloutDriver
 
     app = "drivers"
-    harness.deploy(harness.weather_app(app, model={"kind": "replay"}, env_name="example_single_tool_call",
-                                       agent_deployment={"num_replicas": 2}))
+    harness.deploy(
+        harness.weather_app(
+            app, model={"kind": "replay"}, env_name="example_single_tool_call", agent_deployment={"num_replicas": 2}
+        )
+    )
     n = int(1500 * seconds)
     source = harness.rows_file(work / "drivers-in.jsonl", n)
     points = []
     for count in counts:
         actors = [RolloutDriver.remote() for _ in range(count)]
-        jobs = [{"input_path": str(source), "output_path": str(work / f"drivers-{count}-{i}.jsonl"), "agents": [app],
-                 "default_agent": app, "concurrency": 512 // count, "shard_index": i, "shard_count": count}
-                for i, _ in enumerate(actors)]
+        jobs = [
+            {
+                "input_path": str(source),
+                "output_path": str(work / f"drivers-{count}-{i}.jsonl"),
+                "agents": [app],
+                "default_agent": app,
+                "concurrency": 512 // count,
+                "shard_index": i,
+                "shard_count": count,
+            }
+            for i, _ in enumerate(actors)
+        ]
         started = time.perf_counter()
-        summaries = ray.get([actor.collect.remote(job) for actor, job in zip(actors, jobs, strict=True)])
+        summaries = [
+            s.model_dump()
+            for s in ray.get(
+                [actor.collect.remote(CollectJob.model_validate(job)) for actor, job in zip(actors, jobs, strict=True)]
+            )
+        ]
         rate = sum(s["rollouts"] for s in summaries) / (time.perf_counter() - started)
         for actor in actors:
             ray.kill(actor)
-        points.append({"part": "drivers", "n": count, "rollouts_per_s": rate,
-                       "rollouts": sum(s["rollouts"] for s in summaries)})
+        points.append(
+            {"part": "drivers", "n": count, "rollouts_per_s": rate, "rollouts": sum(s["rollouts"] for s in summaries)}
+        )
         print(f"drivers: {count} actor(s) -> {rate:.1f} rollouts/s", flush=True)
     serve.delete(app)
     return _efficiency(points)
@@ -111,8 +142,12 @@ def plot(points: list[dict[str, Any]], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", nargs="+", choices=["io_verifier", "cpu_verifier", "drivers"],
-                        default=["io_verifier", "cpu_verifier", "drivers"])
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        choices=["io_verifier", "cpu_verifier", "drivers"],
+        default=["io_verifier", "cpu_verifier", "drivers"],
+    )
     parser.add_argument("--seconds", type=float, default=10.0, help="rough length of each timed collection")
     args = parser.parse_args()
 
@@ -127,8 +162,9 @@ def main() -> None:
         points += drivers(work, [1, 2], args.seconds)
     ray.shutdown()
 
-    base = harness.write_result("scale_out", {"io": {"latency_s": IO_LATENCY_S, "slots": IO_SLOTS},
-                                              "cpu_ms": CPU_MS, "points": points})
+    base = harness.write_result(
+        "scale_out", {"io": {"latency_s": IO_LATENCY_S, "slots": IO_SLOTS}, "cpu_ms": CPU_MS, "points": points}
+    )
     plot(points, base.with_suffix(".png"))
     rows = [[p["part"], p["n"], p["rollouts_per_s"], p["efficiency"]] for p in points]
     print("\n" + harness.table(["part", "N", "rollouts/s", "vs N × one"], rows))

@@ -17,7 +17,7 @@ are left out and counted: they measure containment (tests/verifiers), not speed.
 | instruction_following | `gym_serve.verifiers.instruction_following` |
 | function_calling | `gym_serve.verifiers.tool_calls` |
 | reasoning_gym | reasoning-gym's own scorers |
-| llm_judge_qa | `gym_serve.verifiers.llm_judge` (the shipped judge recordings: the cost of the round trip, not a model) |
+| llm_judge_qa | `gym_serve.verifiers.llm_judge` (shipped judge recordings: the round trip's cost, not a model's) |
 
 In-process first (one process, the cost of the verifier itself), then through
 Serve for math and code_generation: the Environment deployment at 1 and 2
@@ -51,18 +51,29 @@ from gym_serve.environment.registry import load_environment_class
 from gym_serve.environment.runner import EnvRunner
 from gym_serve.wire.jsonl import read_jsonl
 
-VERIFIERS = {"math": "math", "multiple_choice": "multiple_choice", "code_generation": "code",
-             "structured_outputs": "json_schema", "text_to_sql": "sql", "instruction_following": "instruction_following",
-             "function_calling": "tool_calls", "reasoning_gym": "reasoning-gym scorers", "llm_judge_qa": "llm_judge"}
+VERIFIERS = {
+    "math": "math",
+    "multiple_choice": "multiple_choice",
+    "code_generation": "code",
+    "structured_outputs": "json_schema",
+    "text_to_sql": "sql",
+    "instruction_following": "instruction_following",
+    "function_calling": "tool_calls",
+    "reasoning_gym": "reasoning-gym scorers",
+    "llm_judge_qa": "llm_judge",
+}
 SCALED = ("math", "code_generation")
 IN_FLIGHT = 16
 
 
 def recordings(env: str, slow_cutoff_s: float) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], int]:
-    """(row, response) of every recorded answer, right and wrong, that verifies within the cutoff; and how many did not."""
+    """(row, response) of every recorded answer, right and wrong, that verifies within the cutoff; and how many did
+    not."""
     path = load_environment_class(env).data_dir() / "example_rollouts.jsonl"
-    cases = [({k: v for k, v in row.items() if k not in ("response", "reward")}, row["response"])
-             for _, row in read_jsonl(path)]
+    cases = [
+        ({k: v for k, v in row.items() if k not in ("response", "reward")}, row["response"])
+        for _, row in read_jsonl(path)
+    ]
     runner = EnvRunner(load_environment_class(env)())
 
     async def quick(case: tuple[dict[str, Any], dict[str, Any]]) -> bool:
@@ -78,8 +89,9 @@ async def _all(calls: Any) -> list[Any]:
     return [await call for call in calls]  # one at a time: a verification's own time
 
 
-async def rate(verify: Any, cases: list[tuple[dict[str, Any], dict[str, Any]]], seconds: float,
-               in_flight: int = IN_FLIGHT) -> tuple[float, int]:
+async def rate(
+    verify: Any, cases: list[tuple[dict[str, Any], dict[str, Any]]], seconds: float, in_flight: int = IN_FLIGHT
+) -> tuple[float, int]:
     """Verifications/s with `in_flight` calls kept in flight for `seconds`."""
     done, stop = 0, time.perf_counter() + seconds
 
@@ -102,9 +114,18 @@ def in_process(envs: list[str], seconds: float, slow_cutoff_s: float) -> list[di
         cases, left_out = recordings(env, slow_cutoff_s)
         asyncio.run(rate(runner.verify, cases, 0.5))  # warm up (worker processes, imports)
         per_s, n = asyncio.run(rate(runner.verify, cases, seconds))
-        results.append({"env": env, "verifier": VERIFIERS[env], "where": "in-process", "replicas": None,
-                        "verifications_per_s": per_s, "verifications": n, "answers": len(cases),
-                        "left_out_slow": left_out})
+        results.append(
+            {
+                "env": env,
+                "verifier": VERIFIERS[env],
+                "where": "in-process",
+                "replicas": None,
+                "verifications_per_s": per_s,
+                "verifications": n,
+                "answers": len(cases),
+                "left_out_slow": left_out,
+            }
+        )
         print(f"{env:<22} in-process: {per_s:9.1f} verifications/s", flush=True)
     return results
 
@@ -120,18 +141,33 @@ def through_serve(envs: list[str], seconds: float, slow_cutoff_s: float) -> list
         cases, _ = recordings(env, slow_cutoff_s)
         for replicas in (1, 2):
             name = f"verify-{env}-{replicas}"
-            handle = serve.run(EnvironmentDeployment.options(num_replicas=replicas, ray_actor_options={"num_cpus": 0})
-                               .bind(EnvironmentArgs(name=env)), name=name, route_prefix=None)
+            handle = serve.run(
+                EnvironmentDeployment.options(num_replicas=replicas, ray_actor_options={"num_cpus": 0}).bind(
+                    EnvironmentArgs(name=env)
+                ),
+                name=name,
+                route_prefix=None,
+            )
             send = handle.options(stream=True).batch.remote
-            batcher = MicroBatcher(lambda calls: send("verify", calls), parts=lambda n=replicas: n)
+            batcher = MicroBatcher(lambda calls, send=send: send("verify", calls), parts=lambda n=replicas: n)
 
-            async def verify(row: dict[str, Any], response: dict[str, Any], state: None) -> Any:
+            async def verify(
+                row: dict[str, Any], response: dict[str, Any], state: None, batcher: MicroBatcher = batcher
+            ) -> Any:
                 return await batcher((row, response, state))
 
             asyncio.run(rate(verify, cases, 1.0, in_flight=4 * IN_FLIGHT))  # warm up every replica
             per_s, n = asyncio.run(rate(verify, cases, seconds, in_flight=4 * IN_FLIGHT))
-            results.append({"env": env, "verifier": VERIFIERS[env], "where": "serve", "replicas": replicas,
-                            "verifications_per_s": per_s, "verifications": n})
+            results.append(
+                {
+                    "env": env,
+                    "verifier": VERIFIERS[env],
+                    "where": "serve",
+                    "replicas": replicas,
+                    "verifications_per_s": per_s,
+                    "verifications": n,
+                }
+            )
             print(f"{env:<22} {replicas} replica(s): {per_s:9.1f} verifications/s", flush=True)
             serve.delete(name)
     ray.shutdown()
@@ -148,10 +184,18 @@ def main() -> None:
     results = in_process(args.envs, args.seconds, args.slow_cutoff)
     results += through_serve([e for e in args.envs if e in SCALED], args.seconds, args.slow_cutoff)
     base = harness.write_result("verifiers", {"in_flight": IN_FLIGHT, "seconds": args.seconds, "results": results})
-    rows = [[r["verifier"], r["env"], r["where"] if r["replicas"] is None else f"serve, {r['replicas']} replica(s)",
-             r["verifications_per_s"], r["verifications"], r.get("left_out_slow")] for r in results]
-    print("\n" + harness.table(["verifier", "environment", "where", "verifications/s", "n", "left out (slow)"],
-                                rows))
+    rows = [
+        [
+            r["verifier"],
+            r["env"],
+            r["where"] if r["replicas"] is None else f"serve, {r['replicas']} replica(s)",
+            r["verifications_per_s"],
+            r["verifications"],
+            r.get("left_out_slow"),
+        ]
+        for r in results
+    ]
+    print("\n" + harness.table(["verifier", "environment", "where", "verifications/s", "n", "left out (slow)"], rows))
     print(f"-> {base}.json")
 
 

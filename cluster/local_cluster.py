@@ -18,6 +18,7 @@ cluster/README.md) and one `gym-serve collect --address auto --shard I/N` per no
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 import tempfile
 import time
@@ -31,6 +32,7 @@ from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from gym_serve.collect.driver import RolloutDriver
+from gym_serve.collect.job import CollectJob
 from gym_serve.serving import deploy as serving
 from gym_serve.serving.config import load_serve_config
 
@@ -39,12 +41,19 @@ REPO = Path(__file__).resolve().parents[1]
 
 def start(nodes: int, cpus_per_node: int) -> Cluster:
     """A head (no CPUs of its own: it runs only Ray's and Serve's control plane) and `nodes` worker nodes."""
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    # a free dashboard port: another Ray instance on this machine may hold the default one (8265)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "dashboard_port": _free_port()})
     for _ in range(nodes):
         cluster.add_node(num_cpus=cpus_per_node)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False)
     return cluster
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def replica_nodes() -> dict[str, Counter[str]]:
@@ -64,18 +73,40 @@ def sharded_collect(config: str, source: Path, repeats: int, out: Path) -> dict[
     specs = load_serve_config(config)
     agents = serving.env_apps(specs)
     workers = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
-    jobs = [{"input_path": str(source), "output_path": str(out / f"shard{i}.jsonl"), "agents": agents,
-             "default_agent": agents[0], "num_repeats": repeats, "concurrency": 256,
-             "shard_index": i, "shard_count": len(workers)} for i in range(len(workers))]
-    drivers = [RolloutDriver.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
-               for node in workers]
+    jobs = [
+        {
+            "input_path": str(source),
+            "output_path": str(out / f"shard{i}.jsonl"),
+            "agents": agents,
+            "default_agent": agents[0],
+            "num_repeats": repeats,
+            "concurrency": 256,
+            "shard_index": i,
+            "shard_count": len(workers),
+        }
+        for i in range(len(workers))
+    ]
+    drivers = [
+        RolloutDriver.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+        for node in workers
+    ]
     started = time.perf_counter()
-    summaries = ray.get([d.collect.remote(job) for d, job in zip(drivers, jobs, strict=True)])
+    summaries = [
+        s.model_dump()
+        for s in ray.get(
+            [d.collect.remote(CollectJob.model_validate(job)) for d, job in zip(drivers, jobs, strict=True)]
+        )
+    ]
     elapsed = time.perf_counter() - started
     rollouts = sum(s["rollouts"] for s in summaries)
-    return {"shards": len(workers), "rollouts": rollouts, "failures": sum(s["failures"] for s in summaries),
-            "rollouts_per_shard": [s["rollouts"] for s in summaries], "rollouts_per_s": rollouts / elapsed,
-            "outputs": [s["output_path"] for s in summaries]}
+    return {
+        "shards": len(workers),
+        "rollouts": rollouts,
+        "failures": sum(s["failures"] for s in summaries),
+        "rollouts_per_shard": [s["rollouts"] for s in summaries],
+        "rollouts_per_s": rollouts / elapsed,
+        "outputs": [s["output_path"] for s in summaries],
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -104,9 +135,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"{args.nodes} worker nodes (+ head); replicas per node:")
     for deployment, nodes in sorted(result["replica_nodes"].items()):
         print(f"  {deployment:<45} {nodes}")
-    print(f"{result['shards']} drivers, one per node: {result['rollouts']} rollouts "
-          f"({result['rollouts_per_shard']} per shard), {result['failures']} failures, "
-          f"{result['rollouts_per_s']:.1f} rollouts/s")
+    print(
+        f"{result['shards']} drivers, one per node: {result['rollouts']} rollouts "
+        f"({result['rollouts_per_shard']} per shard), {result['failures']} failures, "
+        f"{result['rollouts_per_s']:.1f} rollouts/s"
+    )
     return result
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 from collections.abc import AsyncIterator, Callable
@@ -13,6 +12,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from gym_serve.environment.runner import EnvInfo
 from gym_serve.rollout.loop import AgentConfig, run_episode
 from gym_serve.serving.autoscaling import Load
 from gym_serve.serving.batching import MicroBatcher, stream_batch
@@ -27,34 +27,16 @@ def _replicas_of(handle: DeploymentHandle) -> Callable[[], int]:
 
 
 class _HandleModel:
-    """The Model tier through its handle, with calls micro-batched when the deployment offers `responses_batch`."""
+    """The Model tier through its handle, calls micro-batched: every Model deployment offers `responses_batch`."""
 
     def __init__(self, handle: DeploymentHandle) -> None:
-        self._handle = handle
-        self._batched: MicroBatcher[tuple[dict[str, Any], str | None], dict[str, Any]] | None = None
-        self._probed = asyncio.Lock()
-        self._can_batch: bool | None = None
+        batch = handle.options(stream=True).responses_batch
+        self._batched: MicroBatcher[tuple[dict[str, Any], str | None], dict[str, Any]] = MicroBatcher(
+            lambda calls: batch.remote(calls), parts=_replicas_of(handle)
+        )
 
     async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
-        if self._can_batch is None:
-            await self._probe()
-        if self._batched is not None:
-            return await self._batched((request, session))
-        return await self._handle.responses.remote(request, session)
-
-    async def _probe(self) -> None:
-        """Ask once whether the deployment batches (vLLM and API models do not need to: a call there is costly anyway)."""
-        async with self._probed:
-            if self._can_batch is not None:
-                return
-            batch = self._handle.options(stream=True).responses_batch
-            try:
-                async for _ in batch.remote([]):
-                    pass
-                self._batched = MicroBatcher(lambda calls: batch.remote(calls), parts=_replicas_of(self._handle))
-                self._can_batch = True
-            except Exception:
-                self._can_batch = False
+        return await self._batched((request, session))
 
 
 class _HandleEnv:
@@ -64,10 +46,12 @@ class _HandleEnv:
         self.describe = handle.describe
         send = handle.options(stream=True).batch.remote
         parts = _replicas_of(handle)
-        self._seed = MicroBatcher(lambda calls: send("seed", calls), parts=parts)
-        self._call_tools = MicroBatcher(lambda calls: send("call_tools", calls), parts=parts)
-        self._user_turn = MicroBatcher(lambda calls: send("user_turn", calls), parts=parts)
-        self._verify = MicroBatcher(lambda calls: send("verify", calls), parts=parts)
+        self._seed: MicroBatcher[tuple[Any, ...], Any] = MicroBatcher(lambda c: send("seed", c), parts=parts)
+        self._call_tools: MicroBatcher[tuple[Any, ...], Any] = MicroBatcher(
+            lambda c: send("call_tools", c), parts=parts
+        )
+        self._user_turn: MicroBatcher[tuple[Any, ...], Any] = MicroBatcher(lambda c: send("user_turn", c), parts=parts)
+        self._verify: MicroBatcher[tuple[Any, ...], Any] = MicroBatcher(lambda c: send("verify", c), parts=parts)
 
     async def seed(self, row: dict[str, Any]) -> Any:
         return await self._seed((row,))
@@ -98,7 +82,7 @@ class AgentDeployment:
         self.model = _HandleModel(model)
         self.env = _HandleEnv(environment)
         self.config = config
-        self._env_info: dict[str, Any] | None = None
+        self._env_info: EnvInfo | None = None
         self.load = Load()
         self.run = self.load.track(self._run)
 

@@ -2,6 +2,8 @@
 
 One application = Agent → (Model, Environment), bound with `.bind()`. Each
 tier is its own deployment with its own Serve options (see `gym_serve.serving.config`).
+Every tier takes its calls in micro-batches, so every tier autoscales on calls
+in flight (`gym_serve.serving.autoscaling`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 from ray.serve import Application
 
 from gym_serve.deployments import agent, environment, replay_model
+from gym_serve.errors import ConfigError
 from gym_serve.rollout.loop import AgentConfig
 from gym_serve.serving.autoscaling import BATCHED_TIER_AUTOSCALING
 from gym_serve.serving.config import (
@@ -29,33 +32,46 @@ def build_app(args: AppArgs | dict[str, Any]) -> Application:
     """Bind the tiers of one application from its `args` (validated here when `serve run` passes a dict)."""
     if not isinstance(args, AppArgs):
         args = validate_app_args(args, source="serve config", app="<this application>")
-    env_name = args.environment.name if args.environment else None
-    model = None
-    if isinstance(args.model, ReplayModelArgs):  # synthetic models are replay models too
-        options = args.model.deployment.serve_options(replay_model.DEFAULTS, BATCHED_TIER_AUTOSCALING)
-        model = replay_model.ReplayModelDeployment.options(**options).bind(args.model, env_name)
-    elif isinstance(args.model, OpenAIModelArgs):
-        from gym_serve.deployments import openai_model
-
-        options = args.model.deployment.serve_options(openai_model.DEFAULTS)
-        model = openai_model.OpenAIModelDeployment.options(**options).bind(args.model)
-    elif isinstance(args.model, VLLMModelArgs):
-        from gym_serve.deployments import vllm_model  # imports vLLM only where it is used
-
-        defaults = {**vllm_model.DEFAULTS, "max_ongoing_requests": args.model.engine.max_num_seqs}
-        model = vllm_model.VLLMModelDeployment.options(**args.model.deployment.serve_options(defaults)).bind(
-            args.model
-        )
+    model = _model_tier(args)
     if args.environment is None:
         if model is None:
-            raise ValueError("an application without an environment must define its own model")
+            raise ConfigError(
+                f"an application without an environment must define its own model, not `kind: {args.model.kind}`",
+                key="args.model",
+            )
         return model
-    env = environment.EnvironmentDeployment.options(
-        **args.environment.deployment.serve_options(environment.DEFAULTS, BATCHED_TIER_AUTOSCALING)
-    ).bind(args.environment)
+    env_options = args.environment.deployment.serve_options(environment.DEFAULTS, BATCHED_TIER_AUTOSCALING)
+    env = _bind(environment.EnvironmentDeployment, env_options, args.environment)
     model_app = args.model.app if isinstance(args.model, ModelRefArgs) else None
     config = AgentConfig.model_validate(args.agent.model_dump(exclude={"deployment"}))
     agent_options = args.agent.deployment.serve_options(agent.DEFAULTS, BATCHED_TIER_AUTOSCALING)
-    return agent.AgentDeployment.options(**agent_options).bind(
-        env, model, config, model_app
-    )
+    return _bind(agent.AgentDeployment, agent_options, env, model, config, model_app)
+
+
+def _model_tier(args: AppArgs) -> Application | None:
+    """This application's own Model deployment; None when it shares another application's (`kind: app`)."""
+    if isinstance(args.model, ReplayModelArgs):  # synthetic models are replay models too
+        options = args.model.deployment.serve_options(replay_model.DEFAULTS, BATCHED_TIER_AUTOSCALING)
+        env_name = args.environment.name if args.environment else None
+        return _bind(replay_model.ReplayModelDeployment, options, args.model, env_name)
+    if isinstance(args.model, OpenAIModelArgs):
+        from gym_serve.deployments import openai_model
+
+        options = args.model.deployment.serve_options(openai_model.DEFAULTS, BATCHED_TIER_AUTOSCALING)
+        return _bind(openai_model.OpenAIModelDeployment, options, args.model)
+    if isinstance(args.model, VLLMModelArgs):
+        from gym_serve.deployments import vllm_model  # imports vLLM only where it is used
+
+        defaults = {**vllm_model.DEFAULTS, "max_ongoing_requests": args.model.engine.max_num_seqs}
+        options = args.model.deployment.serve_options(defaults, BATCHED_TIER_AUTOSCALING)
+        return _bind(vllm_model.VLLMModelDeployment, options, args.model)
+    return None
+
+
+def _bind(deployment: Any, options: dict[str, Any], *init_args: Any) -> Application:
+    """`deployment.options(**options).bind(*init_args)`.
+
+    `deployment` is typed `Any`: `@serve.deployment` turned the class into a
+    `Deployment`, which type checkers do not see.
+    """
+    return deployment.options(**options).bind(*init_args)

@@ -8,7 +8,7 @@ from typing import Any
 from ray import serve
 
 from gym_serve.environment.registry import load_environment_class
-from gym_serve.environment.runner import EnvRunner
+from gym_serve.environment.runner import EnvInfo, EnvRunner
 from gym_serve.serving.autoscaling import Load
 from gym_serve.serving.batching import stream_batch
 from gym_serve.serving.config import EnvironmentArgs
@@ -29,11 +29,12 @@ class EnvironmentDeployment:
         for name, method in self._methods.items():
             setattr(self, name, method)
 
-    async def describe(self) -> dict[str, Any]:
+    async def describe(self) -> EnvInfo:
         return self.runner.describe()
 
     async def batch(self, method: str, calls: list[tuple[Any, ...]]) -> AsyncIterator[list[tuple[int, Any]]]:
-        """Many calls of one method in one streaming request (see `gym_serve.serving.batching`): a slow call holds up no other."""
+        """Many calls of one method in one streaming request (`gym_serve.serving.batching`): a slow call holds up no
+        other."""
         if method not in self._methods:
             raise ValueError(f"`{method}` cannot be batched; batchable: {', '.join(_METHODS)}")
         async for item in stream_batch(self._methods[method], calls):

@@ -18,6 +18,8 @@ from typing import Any
 from ray import serve
 
 from gym_serve.errors import ModelError
+from gym_serve.serving.autoscaling import Load
+from gym_serve.serving.batching import BatchedResponses
 from gym_serve.serving.config import OpenAIModelArgs
 from gym_serve.wire.chat import chat_response_to_responses, responses_request_to_chat
 
@@ -25,22 +27,39 @@ __all__ = ["OpenAIModelDeployment"]
 
 DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": 0}}
 
-_RESPONSES_FIELDS = ("input", "instructions", "tools", "tool_choice", "temperature", "top_p", "max_output_tokens",
-                     "parallel_tool_calls", "reasoning", "text", "metadata")
+_RESPONSES_FIELDS = (
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "temperature",
+    "top_p",
+    "max_output_tokens",
+    "parallel_tool_calls",
+    "reasoning",
+    "text",
+    "metadata",
+)
 
 
 @serve.deployment(name="Model")
-class OpenAIModelDeployment:
+class OpenAIModelDeployment(BatchedResponses):
     def __init__(self, args: OpenAIModelArgs) -> None:
         from openai import AsyncOpenAI
 
         key = args.api_key.get_secret_value() if args.api_key else os.environ.get(args.api_key_env, "")
         self.args = args
-        self.client = AsyncOpenAI(base_url=args.base_url, api_key=key or "none", max_retries=args.max_retries,
-                                  timeout=args.timeout_s)
+        self.client = AsyncOpenAI(
+            base_url=args.base_url, api_key=key or "none", max_retries=args.max_retries, timeout=args.timeout_s
+        )
         self.slots = asyncio.Semaphore(args.max_concurrency)
+        self.load = Load()
+        self.responses = self.load.track(self._respond)
 
-    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        return self.load.stats()
+
+    async def _respond(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         async with self.slots:
             try:
                 if self.args.api == "chat":

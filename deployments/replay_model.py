@@ -7,7 +7,6 @@ With `kind: synthetic` the same recordings are played back at a cost you set
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from ray import serve
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.rollout.replay import ReplayModel
 from gym_serve.serving.autoscaling import Load
-from gym_serve.serving.batching import stream_batch
+from gym_serve.serving.batching import BatchedResponses
 from gym_serve.serving.config import ReplayModelArgs, SyntheticModelArgs
 from gym_serve.testing.synthetic import Capacity
 
@@ -24,11 +23,10 @@ DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 4096, "ray_actor_options": {
 
 
 @serve.deployment(name="Model")
-class ReplayModelDeployment:
+class ReplayModelDeployment(BatchedResponses):
     def __init__(self, args: ReplayModelArgs, default_env: str | None = None) -> None:
         sources = args.recordings or ([default_env] if default_env else [])
-        self.model = ReplayModel([recording_path(s) for s in sources], error_rate=args.error_rate,
-                                 name=args.kind)
+        self.model = ReplayModel([recording_path(s) for s in sources], error_rate=args.error_rate, name=args.kind)
         self.synthetic = args if isinstance(args, SyntheticModelArgs) else None
         if self.synthetic is not None:
             self._rng = random.Random(self.synthetic.seed)
@@ -48,11 +46,6 @@ class ReplayModelDeployment:
             last["generation_token_ids"] = list(range(self.synthetic.output_tokens))
             last["generation_log_probs"] = [-1.0] * self.synthetic.output_tokens
         return response
-
-    async def responses_batch(self, calls: list[tuple[dict[str, Any], str | None]]) -> AsyncIterator[list[tuple[int, Any]]]:
-        """Many `responses` calls in one streaming request (see `gym_serve.serving.batching`)."""
-        async for item in stream_batch(self.responses, calls):
-            yield item
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         return self.load.stats()

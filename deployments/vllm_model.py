@@ -21,6 +21,8 @@ from typing import Any
 
 from ray import serve
 
+from gym_serve.serving.autoscaling import Load
+from gym_serve.serving.batching import BatchedResponses
 from gym_serve.serving.config import VLLMModelArgs
 from gym_serve.wire.chat import chat_request_to_responses, responses_request_to_chat, responses_response_to_chat
 from gym_serve.wire.hermes import parse_output
@@ -32,7 +34,7 @@ DEFAULTS: dict[str, Any] = {"ray_actor_options": {"num_cpus": 1}}
 
 
 @serve.deployment(name="Model")
-class VLLMModelDeployment:
+class VLLMModelDeployment(BatchedResponses):
     def __init__(self, args: VLLMModelArgs) -> None:
         from transformers import AutoTokenizer
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -48,15 +50,28 @@ class VLLMModelDeployment:
         self.args = args
         self.tokenizer = AutoTokenizer.from_pretrained(args.engine.model)
         engine = args.engine
-        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(
-            model=engine.model, dtype=engine.dtype, max_model_len=engine.max_model_len,
-            max_num_seqs=engine.max_num_seqs, load_format=engine.load_format,
-            tensor_parallel_size=engine.tensor_parallel_size, gpu_memory_utilization=engine.gpu_memory_utilization,
-            enforce_eager=engine.enforce_eager, seed=engine.seed, **engine.extra,
-        ))
+        self.engine = AsyncLLM.from_engine_args(
+            AsyncEngineArgs(
+                model=engine.model,
+                dtype=engine.dtype,
+                max_model_len=engine.max_model_len,
+                max_num_seqs=engine.max_num_seqs,
+                load_format=engine.load_format,
+                tensor_parallel_size=engine.tensor_parallel_size,
+                gpu_memory_utilization=engine.gpu_memory_utilization,
+                enforce_eager=engine.enforce_eager,
+                seed=engine.seed,
+                **engine.extra,
+            )
+        )
         self.max_model_len = engine.max_model_len
+        self.load = Load()
+        self.responses = self.load.track(self._respond)
 
-    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        return self.load.stats()
+
+    async def _respond(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -76,9 +91,10 @@ class VLLMModelDeployment:
             output_kind=RequestOutputKind.FINAL_ONLY,  # no per-token outputs to build: this tier does not stream
         )
         final = None
-        async for final in self.engine.generate({"prompt_token_ids": prompt_ids}, params,
-                                                request_id=f"{session or 'call'}-{uuid.uuid4().hex}"):
-            pass
+        async for output in self.engine.generate(
+            {"prompt_token_ids": prompt_ids}, params, request_id=f"{session or 'call'}-{uuid.uuid4().hex}"
+        ):
+            final = output  # asked for final outputs only: one
         assert final is not None
         out = final.outputs[0]
         generated = list(out.token_ids)
@@ -93,9 +109,10 @@ class VLLMModelDeployment:
         return completion
 
     def _prompt_ids(self, request: dict[str, Any]) -> list[int]:
-        """The prompt's token ids: the last call's ids extended by the new turns, or the whole conversation rendered."""
-        items = request.get("input")
-        items = [{"type": "message", "role": "user", "content": items}] if isinstance(items, str) else list(items)
+        """The prompt's token ids: the last call's ids extended by the new turns, or the whole conversation
+        rendered."""
+        given = request["input"]
+        items = [{"type": "message", "role": "user", "content": given}] if isinstance(given, str) else list(given)
         chat = responses_request_to_chat({**request, "input": items})
         full = self._render(chat["messages"], chat.get("tools"), generation_prompt=True)
         last = max((i for i, item in enumerate(items) if "generation_token_ids" in item), default=None)
@@ -104,26 +121,52 @@ class VLLMModelDeployment:
             prefix = self._render(earlier, chat.get("tools"), generation_prompt=False)
             if full.startswith(prefix):
                 bundle = items[last]
-                return [*bundle["prompt_token_ids"], *bundle["generation_token_ids"],
-                        *self.tokenizer.encode(full[len(prefix):], add_special_tokens=False)]
+                return [
+                    *bundle["prompt_token_ids"],
+                    *bundle["generation_token_ids"],
+                    *self.tokenizer.encode(full[len(prefix) :], add_special_tokens=False),
+                ]
         return self.tokenizer.encode(full, add_special_tokens=False)
 
-    def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
-                generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
-                                                  add_generation_prompt=generation_prompt)
+    def _render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, generation_prompt: bool
+    ) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt
+        )
 
-    def _response(self, request: dict[str, Any], output: list[dict[str, Any]], prompt_ids: list[int],
-                  generated: list[int], logprobs: list[float], finish_reason: str | None) -> dict[str, Any]:
+    def _response(
+        self,
+        request: dict[str, Any],
+        output: list[dict[str, Any]],
+        prompt_ids: list[int],
+        generated: list[int],
+        logprobs: list[float],
+        finish_reason: str | None,
+    ) -> dict[str, Any]:
         if not output:  # the token bundle needs an item to live on
-            output = [{"type": "message", "id": f"msg_{uuid.uuid4().hex[:16]}", "role": "assistant",
-                       "status": "incomplete", "content": [{"type": "output_text", "text": "", "annotations": []}]}]
+            output = [
+                {
+                    "type": "message",
+                    "id": f"msg_{uuid.uuid4().hex[:16]}",
+                    "role": "assistant",
+                    "status": "incomplete",
+                    "content": [{"type": "output_text", "text": "", "annotations": []}],
+                }
+            ]
         output[-1].update(prompt_token_ids=prompt_ids, generation_token_ids=generated, generation_log_probs=logprobs)
         response: dict[str, Any] = {
-            "id": f"resp_{uuid.uuid4().hex}", "object": "response", "created_at": time.time(),
-            "model": self.args.engine.model, "status": "completed", "output": output,
-            "usage": {"input_tokens": len(prompt_ids), "output_tokens": len(generated),
-                      "total_tokens": len(prompt_ids) + len(generated)},
+            "id": f"resp_{uuid.uuid4().hex}",
+            "object": "response",
+            "created_at": time.time(),
+            "model": self.args.engine.model,
+            "status": "completed",
+            "output": output,
+            "usage": {
+                "input_tokens": len(prompt_ids),
+                "output_tokens": len(generated),
+                "total_tokens": len(prompt_ids) + len(generated),
+            },
         }
         if finish_reason == "length":
             response["status"] = "incomplete"
@@ -152,15 +195,22 @@ def _forced_tool_call(request: dict[str, Any]) -> Any:
     return StructuredOutputsParams(regex=rf"<tool_call>\n(?:{calls})\n</tool_call>")
 
 
-_VALUE = {"string": r'"[A-Za-z][A-Za-z ]{0,11}"', "integer": r"-?[1-9][0-9]{0,2}", "number": r"-?[0-9]{1,3}\.[0-9]",
-          "boolean": "(?:true|false)"}
+_VALUE = {
+    "string": r'"[A-Za-z][A-Za-z ]{0,11}"',
+    "integer": r"-?[1-9][0-9]{0,2}",
+    "number": r"-?[0-9]{1,3}\.[0-9]",
+    "boolean": "(?:true|false)",
+}
 
 
 def _call_pattern(tool: dict[str, Any]) -> str:
     """The text of one call of `tool` with every required argument, values shaped by their JSON type."""
     schema = tool.get("parameters") or {}
     properties = schema.get("properties") or {}
-    args = [rf'"{re.escape(name)}": {_VALUE.get(properties[name].get("type"), _VALUE["string"])}'
-            for name in schema.get("required", []) if name in properties]
+    args = [
+        rf'"{re.escape(name)}": {_VALUE.get(properties[name].get("type"), _VALUE["string"])}'
+        for name in schema.get("required", [])
+        if name in properties
+    ]
     name = json.dumps(tool["name"])
     return rf'\{{"name": {re.escape(name)}, "arguments": \{{{", ".join(args)}\}}\}}'

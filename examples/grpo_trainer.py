@@ -80,8 +80,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from gym_serve.client import GymClient
 from gym_serve.wire.tokens import TOKEN_FIELDS, check_contiguity, token_calls
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "NonContiguousRollout", "StepLog", "TrainingSequence", "build_sequence",
-           "group_advantages", "main"]
+__all__ = [
+    "GRPOConfig",
+    "GRPOTrainer",
+    "NonContiguousRollout",
+    "StepLog",
+    "TrainingSequence",
+    "build_sequence",
+    "group_advantages",
+    "main",
+]
 
 ROWS = Path(__file__).parent / "data" / "plain_text.jsonl"
 
@@ -117,8 +125,10 @@ class StepLog(BaseModel):
     sequences: int
     trained_tokens: int
     masked_tokens: int
-    loss: float = Field(description="The first update's loss. At ratio 1 it is minus the token-mean advantage: "
-                        "about 0 when replies are equally long, as a group's advantages sum to 0.")
+    loss: float = Field(
+        description="The first update's loss. At ratio 1 it is minus the token-mean advantage: "
+        "about 0 when replies are equally long, as a group's advantages sum to 0."
+    )
     logprob_diff_max: float = Field(description="max |logprob_trainer - logprob_sampler| before the update.")
     logprob_diff_mean: float
     update_norm: float = Field(description="L2 norm of the parameter change the step made.")
@@ -163,8 +173,7 @@ def build_sequence(rollout: dict[str, Any]) -> TrainingSequence:
         for offset, logprob in enumerate(call["generation_log_probs"]):
             mask[start + offset] = True
             logprobs[start + offset] = float(logprob)
-    return TrainingSequence(token_ids, mask, logprobs, float(rollout["reward"]), rollout["_ng_task_index"],
-                            len(calls))
+    return TrainingSequence(token_ids, mask, logprobs, float(rollout["reward"]), rollout["_ng_task_index"], len(calls))
 
 
 def group_advantages(rewards: Sequence[float], groups: Sequence[Any], eps: float = 1e-6) -> list[float]:
@@ -177,7 +186,10 @@ def group_advantages(rewards: Sequence[float], groups: Sequence[Any], eps: float
         mean = sum(values) / len(values)
         std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
         stats[group] = (mean, std)
-    return [(r - stats[g][0]) / (stats[g][1] + eps) if stats[g][1] > 0 else 0.0 for r, g in zip(rewards, groups)]
+    return [
+        (r - stats[g][0]) / (stats[g][1] + eps) if stats[g][1] > 0 else 0.0
+        for r, g in zip(rewards, groups, strict=True)
+    ]
 
 
 class GRPOTrainer:
@@ -206,12 +218,20 @@ class GRPOTrainer:
     async def step(self, client: GymClient, step: int) -> StepLog:
         started = time.perf_counter()
         n = self.config.tasks_per_step
-        rows = [{**self.rows[((step - 1) * n + i) % len(self.rows)], "agent_ref": {"name": self.config.env}}
-                for i in range(n)]
-        results = [r async for r in client.rollouts(rows, num_repeats=self.config.group_size,
-                                                     group_size=self.config.group_size,
-                                                     temperature=self.config.temperature,
-                                                     max_output_tokens=self.config.max_output_tokens)]
+        rows = [
+            {**self.rows[((step - 1) * n + i) % len(self.rows)], "agent_ref": {"name": self.config.env}}
+            for i in range(n)
+        ]
+        results = [
+            r
+            async for r in client.rollouts(
+                rows,
+                num_repeats=self.config.group_size,
+                group_size=self.config.group_size,
+                temperature=self.config.temperature,
+                max_output_tokens=self.config.max_output_tokens,
+            )
+        ]
         finished = [r for r in results if "_ng_failure_class" not in r]
         if not finished:
             raise RuntimeError(f"step {step}: every rollout failed, e.g. {results[0].get('error')!r}")
@@ -221,10 +241,18 @@ class GRPOTrainer:
         trained = sum(sum(s.loss_mask) for s in sequences)
         signal = {s.group for s, a in zip(sequences, advantages, strict=True) if a != 0.0}
         return StepLog(
-            step=step, mean_reward=sum(s.reward for s in sequences) / len(sequences), rollouts=len(results),
-            failed=len(results) - len(finished), groups_with_signal=len(signal), sequences=len(sequences),
-            trained_tokens=trained, masked_tokens=sum(len(s.token_ids) for s in sequences) - trained, loss=loss,
-            logprob_diff_max=max(diffs), logprob_diff_mean=sum(diffs) / len(diffs), update_norm=update_norm,
+            step=step,
+            mean_reward=sum(s.reward for s in sequences) / len(sequences),
+            rollouts=len(results),
+            failed=len(results) - len(finished),
+            groups_with_signal=len(signal),
+            sequences=len(sequences),
+            trained_tokens=trained,
+            masked_tokens=sum(len(s.token_ids) for s in sequences) - trained,
+            loss=loss,
+            logprob_diff_max=max(diffs),
+            logprob_diff_mean=sum(diffs) / len(diffs),
+            update_norm=update_norm,
             seconds=time.perf_counter() - started,
         )
 
@@ -252,8 +280,9 @@ class GRPOTrainer:
                 old = logprobs.detach()
                 diffs = (old - sampler)[mask].abs().tolist()
             ratio = torch.exp(logprobs - old)
-            surrogate = torch.minimum(ratio * advantage,
-                                      torch.clamp(ratio, 1 - self.config.clip, 1 + self.config.clip) * advantage)
+            surrogate = torch.minimum(
+                ratio * advantage, torch.clamp(ratio, 1 - self.config.clip, 1 + self.config.clip) * advantage
+            )
             loss = -(surrogate * mask).sum() / mask.sum()
             self.optimizer.zero_grad()
             loss.backward()

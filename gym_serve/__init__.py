@@ -5,13 +5,15 @@ wire types import without Ray; the driver, CLI and deployments use it.
 """
 
 from gym_serve.environment.core import Environment, Task, Turn, Verdict
-from gym_serve.environment.runner import EnvRunner
+from gym_serve.environment.runner import EnvInfo, EnvRunner
 from gym_serve.environment.tools import tool
 from gym_serve.errors import (
     ConfigError,
     EnvError,
+    FailureKind,
     GymServeError,
     InputError,
+    JudgeError,
     ModelError,
     RolloutError,
     ToolError,
@@ -28,11 +30,14 @@ __all__ = [
     "ConfigError",
     "ContiguityReport",
     "EnvError",
+    "EnvInfo",
     "EnvRunner",
     "Environment",
+    "FailureKind",
     "GymServeError",
     "InputError",
     "InputRow",
+    "JudgeError",
     "ModelError",
     "ReplayModel",
     "Response",

@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gym_serve.collect.job import CollectJob, CollectSummary
 from gym_serve.errors import GymServeError, InputError
 from gym_serve.serving.config import load_serve_config
 
@@ -37,7 +38,10 @@ def _parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="deploy the applications of a Serve config and print what runs")
     up.add_argument("config", help="a Serve config YAML (e.g. deployments/example_single_tool_call.yaml)")
-    up.add_argument("--address", help="Ray cluster address, e.g. `auto` for a running one (default: $RAY_ADDRESS, else a new local one)")
+    up.add_argument(
+        "--address",
+        help="Ray cluster address, e.g. `auto` for a running one (default: $RAY_ADDRESS, else a new local one)",
+    )
     up.add_argument("--http-host", default="127.0.0.1")
     up.add_argument("--http-port", type=int, default=8000)
     up.add_argument("--block", action="store_true", help="keep running until Ctrl-C (always, on a local cluster)")
@@ -49,22 +53,38 @@ def _parser() -> argparse.ArgumentParser:
     collect.add_argument("--output", required=True, help="rollouts JSONL; failures go to <output>_failures.jsonl")
     collect.add_argument("--agent", help="agent (application) for rows without `agent_ref`")
     collect.add_argument("--limit", type=int, help="read at most this many input lines")
-    collect.add_argument("--num-repeats", type=_repeats, default=1, metavar="K|AGENT=K,...",
-                         help="rollouts per task, for all agents or per agent (e.g. math=8,code=4)")
+    collect.add_argument(
+        "--num-repeats",
+        type=_repeats,
+        default=1,
+        metavar="K|AGENT=K,...",
+        help="rollouts per task, for all agents or per agent (e.g. math=8,code=4)",
+    )
     collect.add_argument("--temperature", type=float, help="override responses_create_params.temperature")
     collect.add_argument("--top-p", type=float, help="override responses_create_params.top_p")
     collect.add_argument("--max-output-tokens", type=int, help="override responses_create_params.max_output_tokens")
     collect.add_argument("--concurrency", type=int, help="rollouts in flight (default: the agent tier's capacity)")
     collect.add_argument("--rollout-timeout", type=float, default=600.0, help="seconds one rollout attempt may take")
     collect.add_argument("--max-attempts", type=int, default=3, help="tries per rollout for retryable failures")
-    collect.add_argument("--resume", action="store_true",
-                         help="continue an interrupted collection from its files (finished rollouts are not rerun)")
-    collect.add_argument("--ordered", action="store_true",
-                         help="also write <output>_ordered.jsonl in (task, rollout) order")
-    collect.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
-                         help="run only tasks with index %% N == I (N collections, e.g. one per node, split a file)")
-    collect.add_argument("--address", help="Ray cluster address, e.g. `auto` for a running one "
-                         "(default: $RAY_ADDRESS, else a new local one)")
+    collect.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted collection from its files (finished rollouts are not rerun)",
+    )
+    collect.add_argument(
+        "--ordered", action="store_true", help="also write <output>_ordered.jsonl in (task, rollout) order"
+    )
+    collect.add_argument(
+        "--shard",
+        type=_shard,
+        default=(0, 1),
+        metavar="I/N",
+        help="run only tasks with index %% N == I (N collections, e.g. one per node, split a file)",
+    )
+    collect.add_argument(
+        "--address",
+        help="Ray cluster address, e.g. `auto` for a running one (default: $RAY_ADDRESS, else a new local one)",
+    )
     collect.add_argument("--no-deploy", action="store_true", help="use applications already running")
     collect.set_defaults(func=cmd_collect)
 
@@ -85,8 +105,11 @@ def _parser() -> argparse.ArgumentParser:
     env = sub.add_parser("env", help="work on an environment").add_subparsers(required=True, metavar="ACTION")
     env_test = env.add_parser("test", help="check an environment: its data, recordings, and every row through Serve")
     env_test.add_argument("names", nargs="+", metavar="NAME", help="environments under envs/ (or module:Class)")
-    env_test.add_argument("--verify-budget", type=float,
-                          help="seconds one verify call may take (default: the environment's `verify_budget_s`)")
+    env_test.add_argument(
+        "--verify-budget",
+        type=float,
+        help="seconds one verify call may take (default: the environment's `verify_budget_s`)",
+    )
     env_test.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a new local one)")
     env_test.set_defaults(func=cmd_env_test)
 
@@ -126,14 +149,16 @@ def cmd_collect(args: argparse.Namespace) -> int:
     specs = load_serve_config(args.config)
     if not Path(args.input).is_file():
         raise InputError("cannot open: no such file", source=args.input)
-    agents = serving.env_apps(specs) + ([args.agent] if args.agent and args.agent not in serving.env_apps(specs) else [])
+    agents = serving.env_apps(specs) + (
+        [args.agent] if args.agent and args.agent not in serving.env_apps(specs) else []
+    )
     default_agent = args.agent or (agents[0] if len(agents) == 1 else None)
     serving.connect(args.address)
     if not args.no_deploy:
         serving.deploy(specs, source=args.config)
     concurrency = args.concurrency or serving.agent_capacity(specs, args.config)
     summary = _collect(
-        dict(
+        CollectJob(
             input_path=str(Path(args.input).resolve()),
             output_path=str(Path(args.output).resolve()),
             agents=agents,
@@ -142,7 +167,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
             limit=args.limit,
             params_overrides=_overrides(args),
             concurrency=concurrency,
-            rollout_timeout_s=args.rollout_timeout,
+            attempt_timeout_s=args.rollout_timeout,
             max_attempts=args.max_attempts,
             resume=args.resume,
             ordered=args.ordered,
@@ -151,7 +176,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
         )
     )
     print(_format_summary(summary))
-    return 0 if summary["rollouts"] + summary["rollouts_resumed"] > 0 or summary["rows_read"] == 0 else 1
+    return 0 if summary.rollouts + summary.rollouts_resumed > 0 or summary.rows_read == 0 else 1
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -176,8 +201,10 @@ def cmd_reverify(args: argparse.Namespace) -> int:
     for agent, s in sorted(result["agents"].items()):
         print(f"{agent:<28} {int(s['rows']):>6} {int(s['changed']):>8} {s['before']:>12.3f} {s['after']:>11.3f}")
     for change in result["changed"][:20]:
-        print(f"  line {change['line']}: task {change['_ng_task_index']} rollout {change['_ng_rollout_index']}: "
-              f"{change['before']} -> {change['after']}")
+        print(
+            f"  line {change['line']}: task {change['_ng_task_index']} rollout {change['_ng_rollout_index']}: "
+            f"{change['before']} -> {change['after']}"
+        )
     print(f"wrote {result['output']}")
     return 0
 
@@ -193,8 +220,10 @@ def cmd_env_test(args: argparse.Namespace) -> int:
         if not report.ok:
             failed.append(name)
     if len(args.names) > 1:
-        print(f"{len(args.names) - len(failed)}/{len(args.names)} environments pass" +
-              (f"; failed: {', '.join(failed)}" if failed else ""))
+        print(
+            f"{len(args.names) - len(failed)}/{len(args.names)} environments pass"
+            + (f"; failed: {', '.join(failed)}" if failed else "")
+        )
     return 1 if failed else 0
 
 
@@ -206,15 +235,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     script = folder / f"{args.name}.py"
     if not script.is_file() or args.name == "harness":
         known = sorted(p.stem for p in folder.glob("*.py") if p.stem != "harness") if folder.is_dir() else []
-        raise InputError(f"no benchmark `{args.name}`; available: {', '.join(known) or 'none (not a source checkout)'}",
-                         source=str(folder))
+        raise InputError(
+            f"no benchmark `{args.name}`; available: {', '.join(known) or 'none (not a source checkout)'}",
+            source=str(folder),
+        )
     return subprocess.call([sys.executable, str(script), *args.args])
 
 
 def _environments(config: str) -> dict[str, str]:
     """Agent (application) name → environment name, from a Serve config."""
-    return {s.name: s.app_args(config).environment.name for s in load_serve_config(config)
-            if s.args.get("environment")}
+    environments = {}
+    for spec in load_serve_config(config):
+        environment = spec.app_args(config).environment
+        if environment is not None:
+            environments[spec.name] = environment.name
+    return environments
 
 
 def _repeats(text: str) -> int | dict[str, int]:
@@ -261,7 +296,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for env in DEMO_ENVS:
         data = resources.files("gym_serve.envs") / env / "data" / "example.jsonl"
         results[env] = _collect(
-            dict(
+            CollectJob(
                 input_path=str(data),
                 output_path=str(out_dir / f"{env}_rollouts.jsonl"),
                 agents=[env],
@@ -272,10 +307,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
             label=env,
         )
     print(_demo_report(results, out_dir, time.perf_counter() - started))
-    return 0 if all(r["rollouts"] > 0 for r in results.values()) else 1
+    return 0 if all(r.rollouts > 0 for r in results.values()) else 1
 
 
-def _collect(job: dict[str, Any], label: str = "rollouts") -> dict[str, Any]:
+def _collect(job: CollectJob, label: str = "rollouts") -> CollectSummary:
     """Run one collection in a driver actor on this node, showing progress until it finishes."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -284,20 +319,21 @@ def _collect(job: dict[str, Any], label: str = "rollouts") -> dict[str, Any]:
     from gym_serve.collect.driver import RolloutDriver
 
     node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    driver = RolloutDriver.options(scheduling_strategy=node).remote()
+    actor: Any = RolloutDriver  # `@ray.remote` made the class an actor class, which type checkers do not see
+    driver = actor.options(scheduling_strategy=node).remote()
     pending = driver.collect.remote(job)
     total = _estimate_rollouts(job)
     with tqdm(desc=label, total=total, unit="rollout", dynamic_ncols=True, leave=False) as bar:
         while True:
             ready, _ = ray.wait([pending], timeout=0.25)
             progress = ray.get(driver.progress.remote())
-            done = progress["rollouts"] + progress["failures"] + progress["rollouts_resumed"] + progress["failures_kept"]
-            bar.total = max(total or 0, progress["rollouts_expected"]) or None
+            done = progress.rollouts + progress.failures + progress.rollouts_resumed + progress.failures_kept
+            bar.total = max(total or 0, progress.rollouts_expected) or None
             bar.update(done - bar.n)
-            reward = progress["mean_reward"]
-            failed = ",".join(f"{k}:{v}" for k, v in sorted(progress["failures_by_class"].items())) or "0"
+            reward = progress.mean_reward
+            failed = ",".join(f"{k}:{v}" for k, v in sorted(progress.failures_by_class.items())) or "0"
             bar.set_postfix(
-                in_flight=progress["in_flight"],
+                in_flight=progress.in_flight,
                 failed=failed,
                 reward=f"{reward:.3f}" if reward is not None else "-",
                 refresh=False,
@@ -309,50 +345,47 @@ def _collect(job: dict[str, Any], label: str = "rollouts") -> dict[str, Any]:
     return summary
 
 
-def _estimate_rollouts(job: dict[str, Any]) -> int | None:
+def _estimate_rollouts(job: CollectJob) -> int | None:
     """Lines × repeats, for the progress bar (counting newlines is fast; the driver still reads lazily)."""
-    repeats = job.get("num_repeats", 1)
-    if not isinstance(repeats, int):
+    if not isinstance(job.num_repeats, int):
         return None
-    with open(job["input_path"], "rb") as handle:
+    with open(job.input_path, "rb") as handle:
         lines = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
-    if job.get("limit"):
-        lines = min(lines, job["limit"])
-    return lines * repeats
+    if job.limit:
+        lines = min(lines, job.limit)
+    return lines * job.num_repeats
 
 
-def _format_summary(s: dict[str, Any]) -> str:
-    failures = ", ".join(f"{k}: {v}" for k, v in sorted(s["failures_by_class"].items())) or "none"
-    reward = f"{s['mean_reward']:.3f}" if s["mean_reward"] is not None else "-"
+def _format_summary(s: CollectSummary) -> str:
+    failures = ", ".join(f"{k}: {v}" for k, v in sorted(s.failures_by_class.items())) or "none"
+    reward = f"{s.mean_reward:.3f}" if s.mean_reward is not None else "-"
     ms = lambda v: f"{v * 1000:.1f} ms" if v is not None else "-"  # noqa: E731
-    split = s["time_split_s"]
+    split = s.time_split_s
     busy = sum(split.values()) or 1.0
     parts = ", ".join(f"{k.removesuffix('_s')} {100 * v / busy:.0f}%" for k, v in sorted(split.items())) or "-"
-    resumed = f" (+{s['rollouts_resumed']} from before)" if s["rollouts_resumed"] else ""
-    kept = f" (+{s['failures_kept']} from before)" if s["failures_kept"] else ""
+    resumed = f" (+{s.rollouts_resumed} from before)" if s.rollouts_resumed else ""
+    kept = f" (+{s.failures_kept} from before)" if s.failures_kept else ""
     lines = [
-        f"rows read        {s['rows_read']}: {s['rows_read'] - s['rows_skipped']} ran, {s['rows_skipped']} skipped "
-        "as bad input",
-        f"rollouts         {s['rollouts_expected']} expected = {s['rollouts']} written{resumed} + "
-        f"{s['failures']} failed{kept}",
-        f"output           {s['output_path']}",
-        f"failures         {failures} -> {s['failures_path']}",
-        f"retries          {s['retries']} (back-pressure waits: {s['backpressure_waits']})",
-        f"throughput       {s['rollouts_per_s']:.1f} rollouts/s over {s['elapsed_s']:.2f} s",
-        f"latency          p50 {ms(s['latency_p50_s'])}, p95 {ms(s['latency_p95_s'])}, p99 {ms(s['latency_p99_s'])}",
+        f"rows read        {s.rows_read}: {s.rows_read - s.rows_skipped} ran, {s.rows_skipped} skipped as bad input",
+        f"rollouts         {s.rollouts_expected} expected = {s.rollouts} written{resumed} + {s.failures} failed{kept}",
+        f"output           {s.output_path}",
+        f"failures         {failures} -> {s.failures_path}",
+        f"retries          {s.retries} (back-pressure waits: {s.backpressure_waits})",
+        f"throughput       {s.rollouts_per_s:.1f} rollouts/s over {s.elapsed_s:.2f} s",
+        f"latency          p50 {ms(s.latency_p50_s)}, p95 {ms(s.latency_p95_s)}, p99 {ms(s.latency_p99_s)}",
         f"time in calls    {parts}",
         f"mean reward      {reward}",
     ]
-    if s.get("ordered_path"):
-        lines.append(f"ordered copy     {s['ordered_path']}")
+    if s.ordered_path:
+        lines.append(f"ordered copy     {s.ordered_path}")
     return "\n".join(lines)
 
 
-def _demo_report(results: dict[str, dict[str, Any]], out_dir: Path, elapsed: float) -> str:
+def _demo_report(results: dict[str, CollectSummary], out_dir: Path, elapsed: float) -> str:
     lines = [f"{'environment':<26} {'rollouts':>8} {'failed':>6} {'mean reward':>11} {'rollouts/s':>10}"]
     for env, s in results.items():
-        reward = f"{s['mean_reward']:.3f}" if s["mean_reward"] is not None else "-"
-        lines.append(f"{env:<26} {s['rollouts']:>8} {s['failures']:>6} {reward:>11} {s['rollouts_per_s']:>10.1f}")
+        reward = f"{s.mean_reward:.3f}" if s.mean_reward is not None else "-"
+        lines.append(f"{env:<26} {s.rollouts:>8} {s.failures:>6} {reward:>11} {s.rollouts_per_s:>10.1f}")
     example = _first_episode(out_dir / f"{DEMO_ENVS[0]}_rollouts.jsonl")
     return "\n".join(
         [

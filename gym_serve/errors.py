@@ -1,37 +1,89 @@
-"""The exceptions gym-serve raises, one per boundary.
+"""The exceptions gym-serve raises, and the one vocabulary of rollout failures.
 
 ```
 GymServeError
 ├── ConfigError          a config file or argument is wrong (names the file and key)
-├── InputError           an input row is wrong (names the file, line and field)
-├── EnvError             an environment could not be loaded or seeded
-├── ToolError            a tool call failed in a way the model must not see
-├── VerifyError          an environment's verify raised
-├── ModelError           the model tier failed to answer
-└── RolloutError         a rollout could not finish (carries its failure class)
+├── InputError           an input row is wrong (names the file, line and field)       bad_input
+├── EnvError             an environment could not be loaded, seeded or asked for its turn   env_error
+├── ToolError            running a turn's tool calls broke outside the model's view   tool_error
+├── VerifyError          an environment's verify raised or returned nothing usable    verifier_error
+│   └── JudgeError       a judge model gave no usable verdict                          judge_failed
+├── ModelError           the model tier failed to answer                               model_error
+└── RolloutError         a rollout could not finish, with the kind it names            (its own)
 ```
 
-A failed rollout is data, not a crash: the driver turns every exception that
-escapes a rollout into a failure row with a `_ng_failure_class`, and the
-collection goes on.
+A failed rollout is data, not a crash: whatever escapes a rollout becomes a
+failure row whose `_ng_failure_class` is a `FailureKind`, and the collection
+goes on. The exception's type decides the kind (`failure_kind`); nothing
+passes kinds around as strings.
 """
 
 from __future__ import annotations
 
+import asyncio
+from enum import StrEnum
+from typing import Any, ClassVar
+
 __all__ = [
     "ConfigError",
     "EnvError",
+    "FailureKind",
     "GymServeError",
     "InputError",
+    "JudgeError",
     "ModelError",
     "RolloutError",
     "ToolError",
     "VerifyError",
+    "failure_kind",
 ]
 
 
+class FailureKind(StrEnum):
+    """What went wrong with a rollout: the `_ng_failure_class` of its failure row.
+
+    The names NeMo Gym 0.7.0 defines (`nemo_gym/failure_kinds.py`) are used
+    where they mean the same thing, so its tooling groups our failures with its
+    own; the rest are gym-serve's. A name says what went wrong, not whether to
+    retry: that is the caller's policy (`gym_serve.collect.attempts`).
+    """
+
+    # NeMo Gym's names
+    TRANSPORT_UNREACHABLE = "transport_unreachable"
+    """An endpoint (a model server) refused or dropped the connection."""
+    TRANSPORT_TIMEOUT = "transport_timeout"
+    """A call to another tier or an endpoint did not answer within its timeout."""
+    AGENT_RUN_ERROR = "agent_run_error"
+    """The episode broke on something no more specific kind names."""
+    AGENT_TIMEOUT = "agent_timeout"
+    """A rollout attempt did not finish before its deadline."""
+    VERIFIER_ERROR = "verifier_error"
+    """The environment's verify raised, or returned something that is not a reward."""
+    JUDGE_FAILED = "judge_failed"
+    """The judge model behind a verifier gave no usable verdict."""
+    SESSION_LOST = "session_lost"
+    """The replica that held the rollout's session state went away."""
+    CANCELLED = "cancelled"
+    """The caller gave up on the rollout (a client went away)."""
+    KILL_SHAPED = "kill_shaped"
+    """A replica or actor died under the rollout (NeMo Gym's name for a dead Ray actor)."""
+    # gym-serve's own
+    BAD_INPUT = "bad_input"
+    """The input row cannot be run (it names file, line and field)."""
+    BACKPRESSURE = "backpressure"
+    """Serve refused the request because the tier's queue was full."""
+    MODEL_ERROR = "model_error"
+    """The model tier answered with an error."""
+    ENV_ERROR = "env_error"
+    """The environment's seed or user turn raised."""
+    TOOL_ERROR = "tool_error"
+    """Running a turn's tool calls broke outside the model's view (not a tool's own error, which the model sees)."""
+
+
 class GymServeError(Exception):
-    """Raised for every error gym-serve itself detects."""
+    """Raised for every error gym-serve itself detects; `kind` is the failure kind it means for a rollout."""
+
+    kind: ClassVar[FailureKind] = FailureKind.AGENT_RUN_ERROR
 
 
 class ConfigError(GymServeError):
@@ -44,12 +96,14 @@ class ConfigError(GymServeError):
         where = ", ".join(part for part in (source, f"key `{key}`" if key else None) if part)
         super().__init__(f"{where}: {message}" if where else message)
 
-    def __reduce__(self):  # keyword-only fields must survive pickling across Ray processes
+    def __reduce__(self) -> tuple[Any, ...]:  # keyword-only fields must survive pickling across Ray processes
         return _rebuild, (type(self), self.reason, {"source": self.source, "key": self.key})
 
 
 class InputError(GymServeError):
     """Raised when an input row cannot be used; says which file, line and field."""
+
+    kind = FailureKind.BAD_INPUT
 
     def __init__(
         self,
@@ -70,36 +124,94 @@ class InputError(GymServeError):
             where += f", field `{field}`"
         super().__init__(f"{where}: {message}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return _rebuild, (type(self), self.reason, {"source": self.source, "line": self.line, "field": self.field})
 
 
 class EnvError(GymServeError):
-    """Raised when an environment cannot be found, built or seeded."""
+    """Raised when an environment cannot be found, built or seeded, or its user turn raised."""
+
+    kind = FailureKind.ENV_ERROR
 
 
 class ToolError(GymServeError):
-    """Raised when a tool call fails outside the model's view (the environment broke)."""
+    """Raised when running a turn's tool calls breaks outside the model's view (e.g. the rollout's state is invalid).
+
+    A tool's own exception is not this: it becomes a tool output the model reads.
+    """
+
+    kind = FailureKind.TOOL_ERROR
 
 
 class VerifyError(GymServeError):
     """Raised when an environment's `verify` raised or returned something unusable."""
 
+    kind = FailureKind.VERIFIER_ERROR
+
+
+class JudgeError(VerifyError):
+    """Raised when the judge model behind a verifier gives no usable verdict."""
+
+    kind = FailureKind.JUDGE_FAILED
+
 
 class ModelError(GymServeError):
     """Raised when the model tier fails to produce a response."""
 
+    kind = FailureKind.MODEL_ERROR
+
 
 class RolloutError(GymServeError):
-    """Raised when a rollout cannot finish; `failure_class` says why (e.g. `timeout`)."""
+    """Raised when a rollout cannot finish for a reason its raiser names (e.g. a tier call timed out)."""
 
-    def __init__(self, message: str, *, failure_class: str) -> None:
-        self.failure_class = failure_class
+    def __init__(self, message: str, *, kind: FailureKind) -> None:
+        self.kind = kind  # type: ignore[misc]  # an instance's own kind, over the class default
         super().__init__(message)
 
-    def __reduce__(self):
-        return _rebuild, (type(self), self.args[0], {"failure_class": self.failure_class})
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), self.args[0], {"kind": self.kind})
 
 
-def _rebuild(cls: type[Exception], message: str, fields: dict) -> Exception:
+def _rebuild(cls: type[Exception], message: str, fields: dict[str, Any]) -> Exception:
     return cls(message, **fields)
+
+
+_RAY_KINDS = {
+    "ActorDiedError": FailureKind.KILL_SHAPED,
+    "ActorUnavailableError": FailureKind.KILL_SHAPED,
+    "RayActorError": FailureKind.KILL_SHAPED,
+    "ReplicaUnavailableError": FailureKind.KILL_SHAPED,
+    "DeploymentUnavailableError": FailureKind.KILL_SHAPED,
+    "BackPressureError": FailureKind.BACKPRESSURE,
+    "GetTimeoutError": FailureKind.TRANSPORT_TIMEOUT,
+}
+"""Ray's exceptions, recognised by name so that this module imports no Ray."""
+
+
+def failure_kind(exc: BaseException) -> FailureKind:
+    """The failure kind `exc` means for a rollout.
+
+    An exception that crossed a Serve handle is Ray's wrapper *and* the original
+    class (`RayTaskError(VerifyError)`); it keeps the original as `cause`, whose
+    own `kind` (a `RolloutError`'s is per instance) is the one that counts.
+
+    >>> failure_kind(ModelError("503 from the endpoint")).value
+    'model_error'
+    >>> failure_kind(TimeoutError()).value
+    'agent_timeout'
+    >>> failure_kind(ValueError("anything else")).value
+    'agent_run_error'
+    """
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        exc = cause
+    if isinstance(exc, GymServeError):
+        return exc.kind
+    if isinstance(exc, asyncio.CancelledError):
+        return FailureKind.CANCELLED
+    if isinstance(exc, TimeoutError):
+        return FailureKind.AGENT_TIMEOUT
+    for cls in type(exc).__mro__:
+        if cls.__name__ in _RAY_KINDS:
+            return _RAY_KINDS[cls.__name__]
+    return FailureKind.AGENT_RUN_ERROR

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from ray import serve
 
 from gym_serve import Environment, Task, tool
+from gym_serve.serving.batching import BatchedResponses
 
 
 class SlowConfig(BaseModel):
@@ -73,12 +74,18 @@ def bump_turn(request: dict[str, Any]) -> list[dict[str, Any]]:
     wanted = int(items[0]["content"])
     if done < wanted:
         return [{"type": "function_call", "name": "bump", "arguments": "{}", "call_id": f"c{done}", "id": "f"}]
-    return [{"type": "message", "role": "assistant", "id": "m",
-             "content": [{"type": "output_text", "text": "done", "annotations": []}]}]
+    return [
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": "m",
+            "content": [{"type": "output_text", "text": "done", "annotations": []}],
+        }
+    ]
 
 
 @serve.deployment(name="Model", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=500)
-class BumpModel:
+class BumpModel(BatchedResponses):
     """A scripted policy for `SlowCounter`. With `fail_first`, every session's first call fails (a flaky endpoint)."""
 
     def __init__(self, delay_s: float = 0.01, fail_first: bool = False) -> None:
@@ -95,16 +102,32 @@ class BumpModel:
 
 
 def counting_rows(n: int, **extra: Any) -> list[dict[str, Any]]:
-    return [{"responses_create_params": {"input": [{"role": "user", "content": str(1 + i % 3)}]},
-             "bumps": 1 + i % 3, "task_id": i, **extra} for i in range(n)]
+    return [
+        {
+            "responses_create_params": {"input": [{"role": "user", "content": str(1 + i % 3)}]},
+            "bumps": 1 + i % 3,
+            "task_id": i,
+            **extra,
+        }
+        for i in range(n)
+    ]
 
 
-def counter_app_args(name: str, *, env_replicas: int = 1, agent_replicas: int = 1, delay_s: float = 0.02,
-                     call_timeout_s: float = 30.0) -> dict[str, Any]:
+def counter_app_args(
+    name: str,
+    *,
+    env_replicas: int = 1,
+    agent_replicas: int = 1,
+    delay_s: float = 0.02,
+    tier_call_timeout_s: float = 30.0,
+) -> dict[str, Any]:
     return {
-        "environment": {"name": "tests.fault_parts:SlowCounter", "config": {"delay_s": delay_s},
-                        "deployment": {"num_replicas": env_replicas}},
-        "agent": {"call_timeout_s": call_timeout_s, "deployment": {"num_replicas": agent_replicas}},
+        "environment": {
+            "name": "tests.fault_parts:SlowCounter",
+            "config": {"delay_s": delay_s},
+            "deployment": {"num_replicas": env_replicas},
+        },
+        "agent": {"tier_call_timeout_s": tier_call_timeout_s, "deployment": {"num_replicas": agent_replicas}},
         "model": {"kind": "app", "app": name},
     }
 

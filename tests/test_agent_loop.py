@@ -37,7 +37,10 @@ class ScriptedModel:
         self.requests.append(request)
         output = self.outputs.pop(0) if self.outputs else [call("add", '{"a": 1, "b": 1}')]
         return {
-            "id": "r", "object": "response", "output": output, "status": self.status,
+            "id": "r",
+            "object": "response",
+            "output": output,
+            "status": self.status,
             "usage": {"input_tokens": 10, "output_tokens": 2, "total_tokens": 12},
         }
 
@@ -47,12 +50,20 @@ def call(name: str, arguments: str, call_id: str = "c1") -> dict[str, Any]:
 
 
 def message(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "assistant", "id": "m",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    return {
+        "type": "message",
+        "role": "assistant",
+        "id": "m",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
 
 
-ROW = {"responses_create_params": {"input": "what is 2 + 3?"}, "_ng_task_index": 4, "_ng_rollout_index": 1,
-       "custom_field": {"kept": True}}
+ROW = {
+    "responses_create_params": {"input": "what is 2 + 3?"},
+    "_ng_task_index": 4,
+    "_ng_rollout_index": 1,
+    "custom_field": {"kept": True},
+}
 
 
 def tool_outputs(rollout: dict[str, Any]) -> list[str]:
@@ -92,8 +103,7 @@ async def test_bad_tool_calls_become_errors_the_model_sees(bad_call: dict[str, A
 
 
 async def test_parallel_calls_each_get_an_output_in_order() -> None:
-    model = ScriptedModel([call("add", '{"a": 1, "b": 1}', "x"), call("add", '{"a": 2, "b": 2}', "y")],
-                          [message("5")])
+    model = ScriptedModel([call("add", '{"a": 1, "b": 1}', "x"), call("add", '{"a": 2, "b": 2}', "y")], [message("5")])
     rollout = await run_local(ROW, Calculator(), model)
     outputs = [i for i in rollout["response"]["output"] if i["type"] == "function_call_output"]
     assert [(o["call_id"], o["output"]) for o in outputs] == [("x", "2"), ("y", "4")]
@@ -126,7 +136,7 @@ async def test_model_failure_fails_the_rollout_with_a_class() -> None:
 
     with pytest.raises(RolloutError) as info:
         await run_local(ROW, Calculator(), Broken())
-    assert info.value.failure_class == "model_error"
+    assert info.value.kind == "model_error"
     assert "endpoint down" in str(info.value)
 
 
@@ -137,7 +147,7 @@ async def test_verify_failure_is_a_verifier_error() -> None:
 
     with pytest.raises(RolloutError) as info:
         await run_local(ROW, Strict(), ScriptedModel([message("5")]))
-    assert info.value.failure_class == "verifier_error"
+    assert info.value.kind == "verifier_error"
 
 
 async def test_rollout_row_is_json() -> None:

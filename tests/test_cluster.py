@@ -1,4 +1,4 @@
-"""cluster/: the Serve configs inside the cluster manifests validate, and the local multi-node run shards a collection."""
+"""cluster/: the Serve configs in the cluster manifests validate; the local multi-node run shards a collection."""
 
 from __future__ import annotations
 
@@ -36,8 +36,11 @@ def test_two_nodes_two_driver_shards_every_rollout_once(tmp_path: Path) -> None:
     main = runpy.run_path(str(REPO / "cluster" / "local_cluster.py"))["main"]
     result = main(["--nodes", "2", "--repeats", "20", "--out", str(tmp_path)])
     assert result["shards"] == 2 and result["failures"] == 0
-    keys = [(r["_ng_task_index"], r["_ng_rollout_index"])
-            for path in result["outputs"] for r in map(json.loads, Path(path).read_text().splitlines())]
+    keys = [
+        (r["_ng_task_index"], r["_ng_rollout_index"])
+        for path in result["outputs"]
+        for r in map(json.loads, Path(path).read_text().splitlines())
+    ]
     rows = len((REPO / "envs" / "example_single_tool_call" / "data" / "example.jsonl").read_text().splitlines())
     assert len(keys) == len(set(keys)) == rows * 20, "every key once, across the shards"
     assert all(n > 0 for n in result["rollouts_per_shard"])

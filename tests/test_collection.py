@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from gym_serve.collect.driver import Collection, failures_path
-from gym_serve.collect.materialize import CollectJob, sibling_path
+from gym_serve.collect.driver import Collection
+from gym_serve.collect.job import CollectJob, failures_path, sibling_path
 from gym_serve.collect.window import AdaptiveWindow
-from gym_serve.errors import RolloutError
+from gym_serve.errors import ModelError, VerifyError
 
 
 class ActorDiedError(Exception):
@@ -35,8 +35,13 @@ def write_input(path: Path, n: int, extra_lines: list[str] = ()) -> Path:
 
 
 def job(tmp_path: Path, n: int = 5, **kwargs: Any) -> CollectJob:
-    return CollectJob(input_path=str(write_input(tmp_path / "in.jsonl", n)), output_path=str(tmp_path / "out.jsonl"),
-                      agents=["a"], default_agent="a", **kwargs)
+    return CollectJob(
+        input_path=str(write_input(tmp_path / "in.jsonl", n)),
+        output_path=str(tmp_path / "out.jsonl"),
+        agents=["a"],
+        default_agent="a",
+        **kwargs,
+    )
 
 
 def read(path: Path) -> list[dict[str, Any]]:
@@ -69,8 +74,12 @@ class Script:
                 await asyncio.sleep(3600)
             if isinstance(outcome, BaseException):
                 raise outcome
-            return {**row, "response": {"output": []}, "reward": 1.0,
-                    "_gs_timings": {"model_s": 0.01, "tool_s": 0.002, "verify_s": 0.001}}
+            return {
+                **row,
+                "response": {"output": []},
+                "reward": 1.0,
+                "_gs_timings": {"model_s": 0.01, "tool_s": 0.002, "verify_s": 0.001},
+            }
         finally:
             self.in_flight -= 1
 
@@ -89,8 +98,8 @@ async def test_collects_every_rollout_once_and_accounts_for_all(tmp_path: Path) 
 async def test_retryable_failures_are_retried_others_are_not(tmp_path: Path) -> None:
     plan = {
         1: [ActorDiedError("replica gone"), ActorDiedError("again"), "ok"],
-        2: [RolloutError("verify raised", failure_class="verifier_error")],
-        3: [RolloutError("model 503", failure_class="model_error")] * 5,
+        2: [VerifyError("verify raised")],
+        3: [ModelError("model 503")] * 5,
     }
     script = Script(plan)
     summary = await Collection(job(tmp_path, max_attempts=3), script).run()
@@ -106,9 +115,10 @@ async def test_retryable_failures_are_retried_others_are_not(tmp_path: Path) -> 
 async def test_a_hung_rollout_times_out_without_holding_up_the_rest(tmp_path: Path) -> None:
     script = Script({2: ["hang"]})
     summary = await asyncio.wait_for(
-        Collection(job(tmp_path, rollout_timeout_s=0.2, max_attempts=2), script).run(), timeout=10)
+        Collection(job(tmp_path, attempt_timeout_s=0.2, max_attempts=2), script).run(), timeout=10
+    )
     failure = read(failures_path(tmp_path / "out.jsonl"))[0]
-    assert failure["_ng_failure_class"] == "timeout" and failure["attempts"] == 2
+    assert failure["_ng_failure_class"] == "agent_timeout" and failure["attempts"] == 2
     assert "within 0.2 s" in failure["error"]
     assert summary.rollouts == 4
 
@@ -136,17 +146,33 @@ async def test_window_halves_on_back_pressure_and_grows_back() -> None:
 
 async def test_materialized_inputs_carry_overrides_agents_and_per_agent_repeats(tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
-    source.write_text("\n".join(json.dumps(r) for r in [
-        {"responses_create_params": {"input": "x", "temperature": 1.0}},
-        {"responses_create_params": {"input": "y"}, "agent_ref": {"name": "b"}},
-    ]) + "\n")
-    j = CollectJob(input_path=str(source), output_path=str(tmp_path / "out.jsonl"), agents=["a", "b"],
-                   default_agent="a", num_repeats={"a": 2, "b": 3},
-                   params_overrides={"temperature": 0.5, "max_output_tokens": 64})
+    source.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"responses_create_params": {"input": "x", "temperature": 1.0}},
+                {"responses_create_params": {"input": "y"}, "agent_ref": {"name": "b"}},
+            ]
+        )
+        + "\n"
+    )
+    j = CollectJob(
+        input_path=str(source),
+        output_path=str(tmp_path / "out.jsonl"),
+        agents=["a", "b"],
+        default_agent="a",
+        num_repeats={"a": 2, "b": 3},
+        params_overrides={"temperature": 0.5, "max_output_tokens": 64},
+    )
     await Collection(j, Script()).run()
     rows = read(sibling_path(tmp_path / "out.jsonl", "materialized_inputs.jsonl"))
-    assert [(r["agent_ref"]["name"], r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows] == \
-        [("a", 0, 0), ("a", 0, 1), ("b", 1, 0), ("b", 1, 1), ("b", 1, 2)]
+    assert [(r["agent_ref"]["name"], r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows] == [
+        ("a", 0, 0),
+        ("a", 0, 1),
+        ("b", 1, 0),
+        ("b", 1, 1),
+        ("b", 1, 2),
+    ]
     assert all(r["responses_create_params"]["temperature"] == 0.5 for r in rows)
     assert all(r["responses_create_params"]["max_output_tokens"] == 64 for r in rows)
 
@@ -166,8 +192,7 @@ async def test_ordered_copy_is_sorted(tmp_path: Path) -> None:
 async def test_resume_after_a_crash_redoes_only_what_is_missing(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     first = job(tmp_path, n=6, num_repeats=2, max_attempts=3)
-    await Collection(first, Script({4: [RolloutError("503", failure_class="model_error")] * 3,
-                                    5: [RolloutError("bad", failure_class="verifier_error")]})).run()
+    await Collection(first, Script({4: [ModelError("503")] * 3, 5: [VerifyError("bad")]})).run()
     assert len(read(out)) == 8
     # simulate a crash: the last rollout line was cut off mid-write, and a key appears twice
     lines = out.read_bytes().splitlines(keepends=True)
@@ -185,8 +210,10 @@ async def test_resume_after_a_crash_redoes_only_what_is_missing(tmp_path: Path) 
     failures = read(failures_path(out))
     assert keys(failures) == [(4, 0), (4, 1)] and all(f["attempts"] == 3 for f in failures)
     assert summary.rollouts_resumed == 6 and summary.rollouts == 4 and summary.failures_kept == 2
-    assert summary.rollouts_expected == summary.rollouts + summary.rollouts_resumed + summary.failures + \
-        summary.failures_kept
+    assert (
+        summary.rollouts_expected
+        == summary.rollouts + summary.rollouts_resumed + summary.failures + summary.failures_kept
+    )
 
 
 async def test_bad_rows_are_counted_and_written_with_their_line(tmp_path: Path) -> None:

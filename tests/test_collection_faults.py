@@ -17,7 +17,8 @@ import ray
 import yaml
 from ray import serve
 
-from gym_serve.collect.driver import RolloutDriver, failures_path
+from gym_serve.collect.driver import RolloutDriver
+from gym_serve.collect.job import CollectJob, failures_path
 from gym_serve.deployments.app import build_app
 from gym_serve.serving.config import AppArgs
 from gym_serve.testing.fixtures import unique
@@ -43,15 +44,16 @@ def keys(rows: list[dict[str, Any]]) -> list[tuple[int, int]]:
 
 def deploy_counter(name: str, model: Any, **kwargs: Any) -> None:
     serve.run(model, name=name + "-model", route_prefix=None)
-    serve.run(build_app(AppArgs.model_validate(counter_app_args(name + "-model", **kwargs))),
-              name=name, route_prefix=None)
+    serve.run(
+        build_app(AppArgs.model_validate(counter_app_args(name + "-model", **kwargs))), name=name, route_prefix=None
+    )
 
 
 async def collect(name: str, source: Path, out: Path, **job: Any) -> dict[str, Any]:
     driver = RolloutDriver.remote()
     try:
-        return await driver.collect.remote({"input_path": str(source), "output_path": str(out), "agents": [name],
-                                            "default_agent": name, **job})
+        job_ = CollectJob(input_path=str(source), output_path=str(out), agents=[name], default_agent=name, **job)
+        return (await driver.collect.remote(job_)).model_dump()
     finally:
         ray.kill(driver)
 
@@ -63,7 +65,7 @@ def teardown(name: str) -> None:
 
 async def test_a_hung_call_times_out_and_the_rest_finish(serve_instance: None, tmp_path: Path) -> None:
     name = unique("hang")
-    deploy_counter(name, BumpModel.bind(), call_timeout_s=0.5)
+    deploy_counter(name, BumpModel.bind(), tier_call_timeout_s=0.5)
     rows = counting_rows(12)
     rows[3]["hang"] = rows[7]["hang"] = True
     out = tmp_path / "out.jsonl"
@@ -73,7 +75,7 @@ async def test_a_hung_call_times_out_and_the_rest_finish(serve_instance: None, t
     assert summary["rollouts"] == 10 and all(r["reward"] == 1.0 for r in read(out))
     failures = read(failures_path(out))
     assert sorted(f["task_id"] for f in failures) == [3, 7]
-    assert all(f["_ng_failure_class"] == "timeout" and f["attempts"] == 2 for f in failures)
+    assert all(f["_ng_failure_class"] == "transport_timeout" and f["attempts"] == 2 for f in failures)
     assert "did not answer within 0.5 s" in failures[0]["error"]
     teardown(name)
 
@@ -109,8 +111,9 @@ async def written_at_least(out: Path, n: int, collection: asyncio.Future[Any]) -
 @pytest.mark.timeout(300)
 async def test_killing_replicas_of_every_tier_loses_no_rollout(serve_instance: None, tmp_path: Path) -> None:
     name = unique("kill")
-    deploy_counter(name, BumpModel.options(num_replicas=2).bind(delay_s=0.02), env_replicas=2, agent_replicas=2,
-                   delay_s=0.02)
+    deploy_counter(
+        name, BumpModel.options(num_replicas=2).bind(delay_s=0.02), env_replicas=2, agent_replicas=2, delay_s=0.02
+    )
     out = tmp_path / "out.jsonl"
     source = write_rows(tmp_path / "in.jsonl", counting_rows(200))
     collection = asyncio.ensure_future(collect(name, source, out, num_repeats=3, concurrency=48, max_attempts=8))
@@ -128,27 +131,52 @@ async def test_killing_replicas_of_every_tier_loses_no_rollout(serve_instance: N
     assert keys(rollouts) == [(t, k) for t in range(200) for k in range(3)], "every key exactly once"
     assert summary["failures"] == 0 and read(failures_path(out)) == []
     assert summary["retries"] > 0, "the kills cost retries"
-    print(f"kill test: killed {killed}; expected 600, written {len(rollouts)}, failures {summary['failures']}, "
-          f"duplicates {len(rollouts) - len(set(keys(rollouts)))}, retries {summary['retries']}")
+    print(
+        f"kill test: killed {killed}; expected 600, written {len(rollouts)}, failures {summary['failures']}, "
+        f"duplicates {len(rollouts) - len(set(keys(rollouts)))}, retries {summary['retries']}"
+    )
     assert all(r["reward"] == 1.0 for r in rollouts)
     teardown(name)
 
 
 @pytest.mark.timeout(400)
 def test_a_sigkilled_collection_resumes_to_completion(tmp_path: Path) -> None:
-    config = {"applications": [
-        {"name": "bump-model", "import_path": "tests.fault_parts:build_bump_model", "args": {"delay_s": 0.05}},
-        {"name": "counter", "import_path": "gym_serve.deployments.app:build_app", "args": counter_app_args("bump-model")},
-    ]}
+    config = {
+        "applications": [
+            {"name": "bump-model", "import_path": "tests.fault_parts:build_bump_model", "args": {"delay_s": 0.05}},
+            {
+                "name": "counter",
+                "import_path": "gym_serve.deployments.app:build_app",
+                "args": counter_app_args("bump-model"),
+            },
+        ]
+    }
     config_path = tmp_path / "app.yaml"
     config_path.write_text(yaml.safe_dump(config))
     source = write_rows(tmp_path / "in.jsonl", counting_rows(150))
     out = tmp_path / "out.jsonl"
-    command = [sys.executable, "-m", "gym_serve.cli", "collect", "--config", str(config_path), "--input", str(source),
-               "--output", str(out), "--num-repeats", "2", "--concurrency", "8", "--address", "local"]
+    command = [
+        sys.executable,
+        "-m",
+        "gym_serve.cli",
+        "collect",
+        "--config",
+        str(config_path),
+        "--input",
+        str(source),
+        "--output",
+        str(out),
+        "--num-repeats",
+        "2",
+        "--concurrency",
+        "8",
+        "--address",
+        "local",
+    ]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    first = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 200
     while time.monotonic() < deadline and len(read_lines(out)) < 60 and first.poll() is None:
         time.sleep(0.2)
@@ -157,16 +185,19 @@ def test_a_sigkilled_collection_resumes_to_completion(tmp_path: Path) -> None:
     written_before = len(read_lines(out))
     assert 60 <= written_before < 300, "the kill landed in the middle of the collection"
 
-    second = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-                            check=False)
+    second = subprocess.run(
+        [*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert second.returncode == 0, second.stderr[-3000:]
     rollouts = read(out)
     assert keys(rollouts) == [(t, k) for t in range(150) for k in range(2)], "every key once, nothing lost"
     assert read(failures_path(out)) == []
     assert all(r["reward"] == 1.0 for r in rollouts)
     assert "300 expected" in second.stdout and "from before" in second.stdout
-    print(f"resume test: written before SIGKILL {written_before}, after resume {len(rollouts)} "
-          f"(unique {len(set(keys(rollouts)))}), failures 0\n{second.stdout}")
+    print(
+        f"resume test: written before SIGKILL {written_before}, after resume {len(rollouts)} "
+        f"(unique {len(set(keys(rollouts)))}), failures 0\n{second.stdout}"
+    )
 
 
 def read_lines(path: Path) -> list[bytes]:

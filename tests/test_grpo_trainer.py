@@ -48,20 +48,56 @@ def base_url(tiny_model: Path) -> Iterator[str]:
     os.environ["GYM_SERVE_TOKEN"] = TOKEN  # the replicas and the trainer read it; it is in no config
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(build_app(AppArgs.model_validate({
-        "environment": {"name": "examples.plain_text_env:PlainText"},
-        "agent": {"max_steps": 2},
-        "model": {"kind": "vllm", "engine": {"model": str(tiny_model), "dtype": "float32", "max_model_len": 1024,
-                                             "max_num_seqs": 16, "gpu_memory_utilization": 0.3,
-                                             "enforce_eager": True},
-                  "default_max_output_tokens": 24, "deployment": {"ray_actor_options": {"num_cpus": 0}}},
-    })), name="plain_text", route_prefix=None)
-    serve.run(build_app(AppArgs.model_validate({  # multi-turn rollouts on the same engine
-        "environment": {"name": "example_single_tool_call"}, "agent": {"max_steps": 2},
-        "model": {"kind": "app", "app": "plain_text"},
-    })), name="weather", route_prefix=None)
-    serve.run(build_ingress({"agents": ["plain_text", "weather"], "default_agent": "plain_text",
-                             "model_app": "plain_text", "rollout_timeout_s": 120}), name="ingress", route_prefix="/")
+    serve.run(
+        build_app(
+            AppArgs.model_validate(
+                {
+                    "environment": {"name": "examples.plain_text_env:PlainText"},
+                    "agent": {"max_steps": 2},
+                    "model": {
+                        "kind": "vllm",
+                        "engine": {
+                            "model": str(tiny_model),
+                            "dtype": "float32",
+                            "max_model_len": 1024,
+                            "max_num_seqs": 16,
+                            "gpu_memory_utilization": 0.3,
+                            "enforce_eager": True,
+                        },
+                        "default_max_output_tokens": 24,
+                        "deployment": {"ray_actor_options": {"num_cpus": 0}},
+                    },
+                }
+            )
+        ),
+        name="plain_text",
+        route_prefix=None,
+    )
+    serve.run(
+        build_app(
+            AppArgs.model_validate(
+                {  # multi-turn rollouts on the same engine
+                    "environment": {"name": "example_single_tool_call"},
+                    "agent": {"max_steps": 2},
+                    "model": {"kind": "app", "app": "plain_text"},
+                }
+            )
+        ),
+        name="weather",
+        route_prefix=None,
+    )
+    serve.run(
+        build_ingress(
+            {
+                "agents": ["plain_text", "weather"],
+                "default_agent": "plain_text",
+                "model_app": "plain_text",
+                "rollout_deadline_s": 120,
+            }
+        ),
+        name="ingress",
+        route_prefix="/",
+    )
     yield f"http://127.0.0.1:{port}"
     serve.shutdown()
     ray.shutdown()
@@ -72,15 +108,33 @@ def test_grpo_steps_over_http_agree_with_the_sampler_and_move_the_weights(base_u
     import torch
     from transformers import AutoModelForCausalLM
 
-    trainer = main(["--url", base_url, "--model", str(tiny_model), "--env", "plain_text", "--steps", "3",
-                    "--tasks-per-step", "2", "--group-size", "4", "--max-output-tokens", "24"])
+    trainer = main(
+        [
+            "--url",
+            base_url,
+            "--model",
+            str(tiny_model),
+            "--env",
+            "plain_text",
+            "--steps",
+            "3",
+            "--tasks-per-step",
+            "2",
+            "--group-size",
+            "4",
+            "--max-output-tokens",
+            "24",
+        ]
+    )
     logs = trainer.history
     assert [log.step for log in logs] == [1, 2, 3]
     for log in logs:
-        print(f"step {log.step}: reward {log.mean_reward:.3f}, {log.sequences} sequences, {log.trained_tokens} "
-              f"trained / {log.masked_tokens} masked tokens, loss {log.loss:+.4f}, |dlogp| max "
-              f"{log.logprob_diff_max:.2e} mean {log.logprob_diff_mean:.2e}, |dθ| {log.update_norm:.3e}, "
-              f"{log.seconds:.1f} s")
+        print(
+            f"step {log.step}: reward {log.mean_reward:.3f}, {log.sequences} sequences, {log.trained_tokens} "
+            f"trained / {log.masked_tokens} masked tokens, loss {log.loss:+.4f}, |dlogp| max "
+            f"{log.logprob_diff_max:.2e} mean {log.logprob_diff_mean:.2e}, |dθ| {log.update_norm:.3e}, "
+            f"{log.seconds:.1f} s"
+        )
         assert log.rollouts == 8 and log.failed == 0 and log.sequences == 8
         assert 8 <= log.trained_tokens <= 8 * 24, "the sampled tokens are trained (at most 24 a reply)"
         assert log.masked_tokens > 8 * 10, "the prompts are masked"
@@ -89,8 +143,11 @@ def test_grpo_steps_over_http_agree_with_the_sampler_and_move_the_weights(base_u
     first = logs[0]  # the trainer's weights are the served ones: on-policy agreement
     assert first.logprob_diff_max < BF16_MAX and first.logprob_diff_mean < BF16_MEAN
     served = AutoModelForCausalLM.from_pretrained(tiny_model, torch_dtype=torch.float32)
-    changed = [name for (name, p), q in zip(trainer.model.named_parameters(), served.parameters(), strict=True)
-               if not torch.equal(p.detach(), q)]
+    changed = [
+        name
+        for (name, p), q in zip(trainer.model.named_parameters(), served.parameters(), strict=True)
+        if not torch.equal(p.detach(), q)
+    ]
     assert changed, "the steps changed the trainer's parameters"
     assert logs[-1].logprob_diff_mean > first.logprob_diff_mean, "without weight sync the sampler falls behind"
 
@@ -111,8 +168,9 @@ async def test_multi_turn_rollouts_mask_the_tool_outputs_between_turns(base_url:
         first, second = token_calls(result["response"]["output"])
         assert sequence.calls == 2
         assert sum(sequence.loss_mask) == len(first["generation_token_ids"]) + len(second["generation_token_ids"])
-        between = slice(len(first["prompt_token_ids"]) + len(first["generation_token_ids"]),
-                        len(second["prompt_token_ids"]))
+        between = slice(
+            len(first["prompt_token_ids"]) + len(first["generation_token_ids"]), len(second["prompt_token_ids"])
+        )
         assert not any(sequence.loss_mask[between]), "the tool output and markup between the turns are masked"
         assert "weather_description" in tokenizer.decode(sequence.token_ids[between]), "it holds the tool output"
 

@@ -43,9 +43,19 @@ def base_url() -> Iterator[str]:
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     for env in ("example_single_tool_call", "example_session_state"):
         serve.run(build_app(AppArgs.model_validate({"environment": {"name": env}})), name=env, route_prefix=None)
-    serve.run(build_ingress({"agents": ["example_single_tool_call", "example_session_state"],
-                             "default_agent": "example_single_tool_call", "model_app": "example_single_tool_call",
-                             "max_in_flight": 600, "max_body_bytes": 200_000}), name="ingress", route_prefix="/")
+    serve.run(
+        build_ingress(
+            {
+                "agents": ["example_single_tool_call", "example_session_state"],
+                "default_agent": "example_single_tool_call",
+                "model_app": "example_single_tool_call",
+                "max_in_flight": 600,
+                "max_body_bytes": 200_000,
+            }
+        ),
+        name="ingress",
+        route_prefix="/",
+    )
     yield f"http://127.0.0.1:{port}"
     serve.shutdown()
     ray.shutdown()
@@ -91,13 +101,14 @@ async def test_client_streams_500_rollouts_every_key_once(base_url: str) -> None
 async def test_groups_come_back_together(base_url: str) -> None:
     rows = example_rows("example_single_tool_call")[:3]
     async with aiohttp.ClientSession(headers=AUTH) as session:
-        async with session.post(f"{base_url}/v1/rollouts", json={"rows": rows, "num_repeats": 4, "group_size": 4,
-                                                                  "temperature": 0.5}) as response:
+        async with session.post(
+            f"{base_url}/v1/rollouts", json={"rows": rows, "num_repeats": 4, "group_size": 4, "temperature": 0.5}
+        ) as response:
             assert response.status == 200
             lines = [json.loads(line) async for line in response.content if line.strip()]
     assert len(lines) == 12
     for start in range(0, 12, 4):  # each group of 4 is one task's, contiguous in the stream
-        assert len({r["_ng_task_index"] for r in lines[start:start + 4]}) == 1
+        assert len({r["_ng_task_index"] for r in lines[start : start + 4]}) == 1
     assert all(r["responses_create_params"]["temperature"] == 0.5 for r in lines)
 
 
@@ -106,11 +117,15 @@ def test_the_official_openai_client_works_unchanged(base_url: str) -> None:
 
     client = OpenAI(base_url=f"{base_url}/v1", api_key=TOKEN)
     prompt = example_rows("example_single_tool_call")[0]["responses_create_params"]
-    messages = [{"role": "developer", "content": prompt["input"][0]["content"]},
-                {"role": "user", "content": "what's it like in sf?"}]
+    messages = [
+        {"role": "developer", "content": prompt["input"][0]["content"]},
+        {"role": "user", "content": "what's it like in sf?"},
+    ]
     chat = client.chat.completions.create(
-        model="replay", messages=messages,
-        tools=[{"type": "function", "function": {k: v for k, v in prompt["tools"][0].items() if k != "type"}}])
+        model="replay",
+        messages=messages,
+        tools=[{"type": "function", "function": {k: v for k, v in prompt["tools"][0].items() if k != "type"}}],
+    )
     assert chat.choices[0].message.tool_calls[0].function.name == "get_weather"
     response = client.responses.create(model="replay", input=prompt["input"], tools=prompt["tools"])
     assert response.output[0].type == "function_call" and response.output[0].name == "get_weather"
@@ -119,8 +134,9 @@ def test_the_official_openai_client_works_unchanged(base_url: str) -> None:
 async def test_bad_requests_get_clear_4xx_and_the_server_keeps_serving(base_url: str) -> None:
     status, body, _ = await post(f"{base_url}/run", b"{not json")
     assert status == 400 and "not valid JSON" in body["error"]
-    status, body, _ = await post(f"{base_url}/run", {"responses_create_params": {"input": "x"},
-                                                     "agent_ref": {"name": "nobody"}})
+    status, body, _ = await post(
+        f"{base_url}/run", {"responses_create_params": {"input": "x"}, "agent_ref": {"name": "nobody"}}
+    )
     assert status == 404 and "unknown agent `nobody`" in body["error"]
     status, body, _ = await post(f"{base_url}/v1/rollouts", {"rows": [], "num_repeats": 1})
     assert status == 400 and "rows" in body["error"]
@@ -152,10 +168,11 @@ async def test_saturation_is_a_429_with_retry_after(base_url: str) -> None:
 
 
 def test_the_client_does_not_import_ray() -> None:
-    code = ("import sys; sys.modules['ray'] = None; import gym_serve.client; "
-            "assert 'ray' not in [m.split('.')[0] for m in sys.modules if sys.modules[m] is not None]")
+    code = (
+        "import sys; sys.modules['ray'] = None; import gym_serve.client; "
+        "assert 'ray' not in [m.split('.')[0] for m in sys.modules if sys.modules[m] is not None]"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
-
 
 
 # ---- deadlines, cancellation, idempotency, metrics: a second ingress in front of an environment that can hang ----
@@ -169,13 +186,34 @@ def faulty(base_url: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[str
     """`/faulty`: an ingress with a short rollout deadline and 8 slots, over the counter env (rows may hang)."""
     markers = tmp_path_factory.mktemp("markers")
     serve.run(build_bump_model({"delay_s": 0.01}), name="bump_model", route_prefix=None)
-    serve.run(build_app(AppArgs.model_validate({
-        "environment": {"name": "tests.fault_parts:SlowCounter",
-                        "config": {"delay_s": 0.01, "marker_dir": str(markers)}},
-        "agent": {"call_timeout_s": 600}, "model": {"kind": "app", "app": "bump_model"},
-    })), name="counter", route_prefix=None)
-    serve.run(build_ingress({"agents": ["counter"], "default_agent": "counter", "max_in_flight": SLOTS,
-                             "rollout_timeout_s": DEADLINE_S}), name="faulty", route_prefix="/faulty")
+    serve.run(
+        build_app(
+            AppArgs.model_validate(
+                {
+                    "environment": {
+                        "name": "tests.fault_parts:SlowCounter",
+                        "config": {"delay_s": 0.01, "marker_dir": str(markers)},
+                    },
+                    "agent": {"tier_call_timeout_s": 600},
+                    "model": {"kind": "app", "app": "bump_model"},
+                }
+            )
+        ),
+        name="counter",
+        route_prefix=None,
+    )
+    serve.run(
+        build_ingress(
+            {
+                "agents": ["counter"],
+                "default_agent": "counter",
+                "max_in_flight": SLOTS,
+                "rollout_deadline_s": DEADLINE_S,
+            }
+        ),
+        name="faulty",
+        route_prefix="/faulty",
+    )
     return f"{base_url}/faulty", markers
 
 
@@ -215,19 +253,22 @@ async def test_a_hung_rollout_is_a_timeout_failure_on_run_and_rollouts(faulty: t
     started = time.monotonic()
     status, row, _ = await post(f"{url}/run", counting_rows(1, hang=True)[0])
     took = time.monotonic() - started
-    assert status == 500 and row["_ng_failure_class"] == "timeout" and "deadline" in row["error"]
+    assert status == 500 and row["_ng_failure_class"] == "agent_timeout" and "deadline" in row["error"]
     assert DEADLINE_S <= took < DEADLINE_S + 10, took
     async with aiohttp.ClientSession(headers=AUTH) as session:
         rows = [*counting_rows(2), *counting_rows(1, hang=True)]
         async with session.post(f"{url}/v1/rollouts", json={"rows": rows}) as response:
             lines = [json.loads(line) async for line in response.content if line.strip()]
-    assert sorted(r.get("_ng_failure_class", "ok") for r in lines) == ["ok", "ok", "timeout"]
+    assert sorted(r.get("_ng_failure_class", "ok") for r in lines) == ["agent_timeout", "ok", "ok"]
     assert [r["reward"] for r in lines if "reward" in r] == [1.0, 1.0]
     started_seeds, cancelled_seeds = await wait_until_cancelled_downstream(markers)
     assert started_seeds == cancelled_seeds >= 2, "the timed-out seeds were cancelled in the environment replica"
     after = await scrape(url)
-    assert after['gym_serve_ingress_rollouts_total{outcome="timeout"}'] - before.get(
-        'gym_serve_ingress_rollouts_total{outcome="timeout"}', 0) == 2
+    assert (
+        after['gym_serve_ingress_rollouts_total{outcome="agent_timeout"}']
+        - before.get('gym_serve_ingress_rollouts_total{outcome="agent_timeout"}', 0)
+        == 2
+    )
     assert after["gym_serve_ingress_rollout_seconds_count"] - before["gym_serve_ingress_rollout_seconds_count"] == 4
     print(f"/run of a hung rollout: HTTP {status} after {took:.1f} s, class {row['_ng_failure_class']}")
 
@@ -261,8 +302,10 @@ async def test_a_client_that_goes_away_gives_its_slots_back_and_stops_the_work(f
     assert started_seeds == cancelled_seeds, "the environment replica stopped the hung seeds"
     status, lines, _ = await post(f"{url}/v1/rollouts", {"rows": counting_rows(SLOTS)})
     assert status == 200 and len(lines.splitlines()) == SLOTS, "the freed slots take new work (no 429)"
-    print(f"disconnect: {SLOTS} slots back after {freed_after:.2f} s; environment cancelled "
-          f"{cancelled_seeds}/{started_seeds} hung seeds")
+    print(
+        f"disconnect: {SLOTS} slots back after {freed_after:.2f} s; environment cancelled "
+        f"{cancelled_seeds}/{started_seeds} hung seeds"
+    )
 
 
 async def test_an_idempotent_resend_replays_what_finished_and_runs_only_the_rest(faulty: tuple[str, Path]) -> None:
@@ -284,7 +327,9 @@ async def test_an_idempotent_resend_replays_what_finished_and_runs_only_the_rest
         assert again.status == 200 and again.headers["Idempotency-Replayed"] == "3"
         lines = [json.loads(line) async for line in again.content if line.strip()]
     assert lines[:3] == first, "replayed rows are the very rows of the first run (timings included): not re-run"
-    assert len(lines) == 4 and lines[3]["_ng_failure_class"] == "timeout", "only the unfinished rollout ran again"
+    assert len(lines) == 4 and lines[3]["_ng_failure_class"] == "agent_timeout", (
+        "only the unfinished rollout ran again"
+    )
     status, mismatch, _ = await post(f"{url}/v1/rollouts", {**body, "num_repeats": 2})
     assert status == 422 and "different request body" in mismatch["error"]
     assert (await scrape(url))["gym_serve_ingress_replayed_total"] >= 3
@@ -317,7 +362,7 @@ async def cutting_proxy(upstream_port: int) -> tuple[asyncio.AbstractServer, int
 
 
 async def test_the_client_resends_after_a_dropped_connection_and_yields_each_rollout_once(
-    faulty: tuple[str, Path]
+    faulty: tuple[str, Path],
 ) -> None:
     url, _ = faulty
     replayed_before = (await scrape(url))["gym_serve_ingress_replayed_total"]
@@ -327,7 +372,8 @@ async def test_the_client_resends_after_a_dropped_connection_and_yields_each_rol
         results = [r async for r in client.rollouts(counting_rows(3), num_repeats=2)]
     assert len(connections) >= 2, "the first connection was cut and the client sent the batch again"
     assert sorted((r["_ng_task_index"], r["_ng_rollout_index"]) for r in results) == [
-        (t, k) for t in range(3) for k in range(2)]
+        (t, k) for t in range(3) for k in range(2)
+    ]
     assert all(r["reward"] == 1.0 for r in results)
     assert (await scrape(url))["gym_serve_ingress_replayed_total"] > replayed_before
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from gym_serve.collect.materialize import CollectJob, materialize
-from gym_serve.errors import ConfigError, InputError, RolloutError
+from gym_serve.collect.job import CollectJob
+from gym_serve.collect.materialize import materialize
+from gym_serve.errors import ConfigError, FailureKind, InputError, RolloutError
 from gym_serve.serving.config import load_serve_config
 from gym_serve.wire.jsonl import read_jsonl, scan_jsonl
 from tests.conftest import REPO
@@ -44,8 +45,13 @@ def test_unreadable_file_names_the_file(tmp_path: Path) -> None:
 
 
 def job(path: Path, **kwargs: Any) -> CollectJob:
-    return CollectJob(input_path=str(path), output_path=str(path.with_name("out.jsonl")), agents=["a", "b"],
-                      default_agent="a", **kwargs)
+    return CollectJob(
+        input_path=str(path),
+        output_path=str(path.with_name("out.jsonl")),
+        agents=["a", "b"],
+        default_agent="a",
+        **kwargs,
+    )
 
 
 def run_materialize(j: CollectJob) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
@@ -108,8 +114,9 @@ def test_materialize_skips_and_reports_bad_rows(tmp_path: Path) -> None:
 
 
 def test_materialize_limit_reads_only_that_many_lines(tmp_path: Path) -> None:
-    path = write_lines(tmp_path / "in.jsonl", [json.dumps({"responses_create_params": {"input": str(i)}})
-                                                for i in range(10)])
+    path = write_lines(
+        tmp_path / "in.jsonl", [json.dumps({"responses_create_params": {"input": str(i)}}) for i in range(10)]
+    )
     rows, _ = run_materialize(job(path, limit=3))
     assert [r["responses_create_params"]["input"] for r in rows] == ["0", "1", "2"]
 
@@ -170,8 +177,11 @@ def test_deployment_overrides_reach_their_tier(tmp_path: Path) -> None:
 
 
 def test_errors_survive_pickling_across_processes() -> None:
-    for error in (ConfigError("bad", source="f.yaml", key="k"), InputError("bad", source="f", line=3, field="x"),
-                  RolloutError("failed", failure_class="timeout")):
+    for error in (
+        ConfigError("bad", source="f.yaml", key="k"),
+        InputError("bad", source="f", line=3, field="x"),
+        RolloutError("failed", kind=FailureKind.AGENT_TIMEOUT),
+    ):
         copy = pickle.loads(pickle.dumps(error))
         assert str(copy) == str(error) and type(copy) is type(error)
-    assert pickle.loads(pickle.dumps(RolloutError("x", failure_class="timeout"))).failure_class == "timeout"
+    assert pickle.loads(pickle.dumps(RolloutError("x", kind=FailureKind.AGENT_TIMEOUT))).kind == "agent_timeout"

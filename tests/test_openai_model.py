@@ -63,14 +63,22 @@ class FakeOpenAI:
             message = {"role": "assistant", "content": weather_answer(tool_messages[-1]["content"])}
             finish = "stop"
         else:
-            call = {"id": "call_1", "type": "function",
-                    "function": {"name": "get_weather", "arguments": json.dumps({"city": "San Francisco"})}}
+            call = {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": json.dumps({"city": "San Francisco"})},
+            }
             message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
-        return web.json_response({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": body["model"],
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25},
-        })
+        return web.json_response(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 1,
+                "model": body["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25},
+            }
+        )
 
     async def responses(self, request: web.Request) -> web.Response:
         if (refused := self._guard(request)) is not None:
@@ -78,18 +86,42 @@ class FakeOpenAI:
         body = await request.json()
         outputs = [i for i in body["input"] if isinstance(i, dict) and i.get("type") == "function_call_output"]
         if outputs:
-            item = {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
-                    "content": [{"type": "output_text", "text": weather_answer(outputs[-1]["output"]),
-                                 "annotations": []}]}
+            item = {
+                "type": "message",
+                "id": "msg_1",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": weather_answer(outputs[-1]["output"]), "annotations": []}],
+            }
         else:
-            item = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather",
-                    "arguments": json.dumps({"city": "San Francisco"}), "status": "completed"}
-        return web.json_response({
-            "id": "resp_1", "object": "response", "created_at": 1, "model": body["model"], "status": "completed",
-            "output": [item], "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
-            "usage": {"input_tokens": 20, "output_tokens": 5, "total_tokens": 25,
-                      "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}},
-        })
+            item = {
+                "type": "function_call",
+                "id": "fc_1",
+                "call_id": "call_1",
+                "name": "get_weather",
+                "arguments": json.dumps({"city": "San Francisco"}),
+                "status": "completed",
+            }
+        return web.json_response(
+            {
+                "id": "resp_1",
+                "object": "response",
+                "created_at": 1,
+                "model": body["model"],
+                "status": "completed",
+                "output": [item],
+                "parallel_tool_calls": True,
+                "tool_choice": "auto",
+                "tools": [],
+                "usage": {
+                    "input_tokens": 20,
+                    "output_tokens": 5,
+                    "total_tokens": 25,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                },
+            }
+        )
 
 
 @pytest.fixture(scope="module")
@@ -122,17 +154,27 @@ def cluster() -> Iterator[None]:
 
 def deploy(base_url: str, api: str, key_env: str = "GYM_SERVE_TEST_KEY") -> tuple[str, Any]:
     name = unique(f"openai-{api}")
-    args = AppArgs.model_validate({
-        "environment": {"name": "example_single_tool_call"},
-        "model": {"kind": "openai", "base_url": base_url, "model": "gpt-test", "api": api, "api_key_env": key_env,
-                  "max_retries": 3, "timeout_s": 10},
-    })
+    args = AppArgs.model_validate(
+        {
+            "environment": {"name": "example_single_tool_call"},
+            "model": {
+                "kind": "openai",
+                "base_url": base_url,
+                "model": "gpt-test",
+                "api": api,
+                "api_key_env": key_env,
+                "max_retries": 3,
+                "timeout_s": 10,
+            },
+        }
+    )
     return name, serve.run(build_app(args), name=name, route_prefix=None)
 
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
-async def test_rollout_through_an_openai_compatible_endpoint(cluster: None, server: tuple[FakeOpenAI, str],
-                                                             api: str) -> None:
+async def test_rollout_through_an_openai_compatible_endpoint(
+    cluster: None, server: tuple[FakeOpenAI, str], api: str
+) -> None:
     fake, base_url = server
     name, handle = deploy(base_url, api)
     row = {**example_rows("example_single_tool_call")[0], "_ng_task_index": 0, "_ng_rollout_index": 0}
@@ -146,15 +188,16 @@ async def test_rollout_through_an_openai_compatible_endpoint(cluster: None, serv
     serve.delete(name)
 
 
-async def test_a_rejected_key_fails_as_model_error_without_leaking_it(cluster: None,
-                                                                       server: tuple[FakeOpenAI, str]) -> None:
+async def test_a_rejected_key_fails_as_model_error_without_leaking_it(
+    cluster: None, server: tuple[FakeOpenAI, str]
+) -> None:
     _, base_url = server
     name, handle = deploy(base_url, "chat", key_env="GYM_SERVE_WRONG_KEY")
     row = {**example_rows("example_single_tool_call")[0], "_ng_task_index": 0, "_ng_rollout_index": 0}
     with pytest.raises(Exception) as info:
         await handle.run.remote(row)
     text = str(info.value)
-    assert "model_error" in repr(getattr(info.value, "failure_class", "")) or "AuthenticationError" in text
+    assert "model_error" in repr(getattr(info.value, "kind", "")) or "AuthenticationError" in text
     assert "sk-wrong-0000" not in text and KEY not in text
     status = json.dumps(serve.status().to_dict() if hasattr(serve.status(), "to_dict") else str(serve.status()))
     assert "sk-wrong" not in status and KEY not in status

@@ -192,7 +192,7 @@ async def verify_stdio(
     """Run `code` once per case (`{"input": ..., "output": ...}`); a case passes when stdout matches."""
     runs = await asyncio.gather(*(run_python(code, stdin=case["input"], limits=limits) for case in cases))
     result = CodeResult(passed=0, total=len(cases))
-    for i, ((run, _), case) in enumerate(zip(runs, cases)):
+    for i, ((run, _), case) in enumerate(zip(runs, cases, strict=True)):
         if run.ok and _same_output(run.stdout, case["output"]):
             result.passed += 1
             result.details.append(f"case {i}: passed")
@@ -280,12 +280,14 @@ async def _execute(command: list[str], work: str, payload: bytes, limits: Sandbo
         start_new_session=True,  # its own process group, killed as a whole
     )
     exceeded = asyncio.Event()
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None  # all three are PIPEs
+    stdin = proc.stdin
 
     async def feed() -> None:
         try:
-            proc.stdin.write(payload)
-            await proc.stdin.drain()
-            proc.stdin.close()
+            stdin.write(payload)
+            await stdin.drain()
+            stdin.close()
         except (BrokenPipeError, ConnectionResetError):
             pass
 

@@ -64,8 +64,9 @@ class InstructionError(ValueError):
     and the offending kwarg; the same values stay available as attributes.
     """
 
-    def __init__(self, instruction_id: str, problem: str, *, field: str | None = None,
-                 index: int | None = None) -> None:
+    def __init__(
+        self, instruction_id: str, problem: str, *, field: str | None = None, index: int | None = None
+    ) -> None:
         self.instruction_id, self.problem, self.field, self.index = instruction_id, problem, field, index
         where = f"instruction {index} " if index is not None else "instruction "
         kwarg = f", kwarg `{field}`" if field else ""
@@ -91,6 +92,7 @@ def _register(instruction_id: str) -> Callable[[type[Instruction]], type[Instruc
         cls.instruction_id = instruction_id
         INSTRUCTIONS[instruction_id] = cls
         return cls
+
     return decorate
 
 
@@ -121,12 +123,12 @@ def split_sentences(text: str) -> list[str]:
             token_start = match.start()
             while token_start > start and not block[token_start - 1].isspace():  # only the last word: linear
                 token_start -= 1
-            last = block[token_start:match.start()].lower()
+            last = block[token_start : match.start()].lower()
             single_dot = match.group().rstrip("'\"’”)]") == "."
             if single_dot and (last in _ABBREVIATIONS or re.fullmatch(r"[a-z]|(?:[a-z]\.)+[a-z]", last)):
                 continue
-            if block[start:match.end()].strip():
-                sentences.append(block[start:match.end()].strip())
+            if block[start : match.end()].strip():
+                sentences.append(block[start : match.end()].strip())
             start = match.end()
         if block[start:].strip():
             sentences.append(block[start:].strip())
@@ -230,7 +232,8 @@ class NumberParagraphs(Instruction):
 
 @_register("length_constraints:nth_paragraph_first_word")
 class NthParagraphFirstWord(Instruction):
-    """Exactly `num_paragraphs` paragraphs (blank-line separated); paragraph `nth_paragraph` starts with `first_word`."""
+    """Exactly `num_paragraphs` paragraphs (blank-line separated); paragraph `nth_paragraph` starts with
+    `first_word`."""
 
     num_paragraphs: Annotated[int, Field(ge=1)]
     nth_paragraph: Annotated[int, Field(ge=1)]
@@ -242,7 +245,7 @@ class NthParagraphFirstWord(Instruction):
         if self.nth_paragraph > count or not paragraphs[self.nth_paragraph - 1].strip():
             return False
         word = paragraphs[self.nth_paragraph - 1].split()[0].lstrip("'\"")
-        first = re.match(r"[^.,?!'\"]*", word).group().lower()  # IFEval: letters up to the first punctuation
+        first = re.split(r"[.,?!'\"]", word, maxsplit=1)[0].lower()  # IFEval: the letters up to the first punctuation
         return count == self.num_paragraphs and first == self.first_word.strip().lower()
 
 
@@ -260,7 +263,10 @@ class NumberPlaceholders(Instruction):
 
 
 def _count_placeholders(text: str) -> int:
-    """What `len(re.findall(r"\\[.*?\\]", text))` counts (IFEval), in linear time: a line of `[[[[` is quadratic there."""
+    """What `len(re.findall(r"\\[.*?\\]", text))` counts (IFEval), in linear time.
+
+    A line of `[[[[` is quadratic there.
+    """
     count = 0
     for line in text.split("\n"):
         pos = line.find("[")
@@ -361,7 +367,7 @@ class Title(Instruction):
         # `<<<<`; per line its only candidate is first `<<` .. last `>>`, which this checks in linear time.
         for line in response.split("\n"):
             start, end = line.find("<<"), line.rfind(">>")
-            if start >= 0 and end >= start + 3 and line[start:end + 2].lstrip("<").rstrip(">").strip():
+            if start >= 0 and end >= start + 3 and line[start : end + 2].lstrip("<").rstrip(">").strip():
                 return True
         return False
 
@@ -452,8 +458,9 @@ class NoComma(Instruction):
 # ---- building and scoring ----------------------------------------------------------------------------------
 
 
-def make_instruction(instruction_id: str, kwargs: Mapping[str, Any] | None = None, *,
-                     index: int | None = None) -> Instruction:
+def make_instruction(
+    instruction_id: str, kwargs: Mapping[str, Any] | None = None, *, index: int | None = None
+) -> Instruction:
     """The instruction `instruction_id` with its kwargs validated (`None` values are dropped)."""
     cls = INSTRUCTIONS.get(instruction_id)
     if cls is None:
@@ -483,9 +490,11 @@ def make_instructions(instruction_ids: Sequence[str], kwargs: Sequence[Mapping[s
     if not instruction_ids:
         raise ValueError("`instruction_id_list` is empty: a row needs at least one instruction")
     if len(instruction_ids) != len(kwargs):
-        raise ValueError(f"`instruction_id_list` has {len(instruction_ids)} ids but `kwargs` has {len(kwargs)} "
-                         "entries; they pair up by position (use {} or null for an instruction without kwargs)")
-    return [make_instruction(i, k, index=n) for n, (i, k) in enumerate(zip(instruction_ids, kwargs))]
+        raise ValueError(
+            f"`instruction_id_list` has {len(instruction_ids)} ids but `kwargs` has {len(kwargs)} "
+            "entries; they pair up by position (use {} or null for an instruction without kwargs)"
+        )
+    return [make_instruction(i, k, index=n) for n, (i, k) in enumerate(zip(instruction_ids, kwargs, strict=True))]
 
 
 def loose_variants(response: str) -> list[str]:
@@ -540,7 +549,8 @@ def check_instructions(response: str, instructions: Sequence[Instruction]) -> Fo
     return FollowResult(tuple(results))
 
 
-def verify_instructions(response: str, instruction_ids: Sequence[str],
-                        kwargs: Sequence[Mapping[str, Any] | None]) -> FollowResult:
+def verify_instructions(
+    response: str, instruction_ids: Sequence[str], kwargs: Sequence[Mapping[str, Any] | None]
+) -> FollowResult:
     """`check_instructions` on a row's `instruction_id_list` and `kwargs`."""
     return check_instructions(response, make_instructions(instruction_ids, kwargs))

@@ -107,8 +107,14 @@ def compare_calls(
     unmatched: list[int] = []
     for i, (name, args) in enumerate(wanted):
         key = _freeze(args)
-        j = next((j for j, (n, a, _) in enumerate(made)
-                  if j not in used and n == name and a is not None and _freeze(a) == key), None)
+        j = next(
+            (
+                j
+                for j, (n, a, _) in enumerate(made)
+                if j not in used and n == name and a is not None and _freeze(a) == key
+            ),
+            None,
+        )
         if j is None:
             unmatched.append(i)
         else:
@@ -116,7 +122,9 @@ def compare_calls(
             checks.append(CallCheck("matched", name, i, j))
     for i in unmatched:
         name, args = wanted[i]
-        candidates = [(j, _problems(args, a, raw)) for j, (n, a, raw) in enumerate(made) if j not in used and n == name]
+        candidates = [
+            (j, _problems(args, a, raw)) for j, (n, a, raw) in enumerate(made) if j not in used and n == name
+        ]
         if candidates:
             j, problems = min(candidates, key=lambda c: (len(c[1]), c[0]))
             used.add(j)
@@ -126,8 +134,12 @@ def compare_calls(
     for j, (name, _, _) in enumerate(made):
         if j not in used:
             checks.append(CallCheck("extra", name, None, j, (f"call to `{name}` was not expected",)))
-    checks.sort(key=lambda c: (c.expected_index if c.expected_index is not None else len(wanted),
-                               c.predicted_index if c.predicted_index is not None else -1))
+    checks.sort(
+        key=lambda c: (
+            c.expected_index if c.expected_index is not None else len(wanted),
+            c.predicted_index if c.predicted_index is not None else -1,
+        )
+    )
     perfect = all(check.status == "matched" for check in checks)
     return ToolCallsResult(1.0 if perfect else 0.0, tuple(checks), len(wanted), len(made))
 
@@ -196,7 +208,8 @@ def _parameter_schemas(tools: Sequence[Mapping[str, Any]]) -> dict[str, dict[str
     """Tool name → its `parameters` schema, from Responses (`name`) or Chat (`function.name`) tool lists."""
     schemas: dict[str, dict[str, Any]] = {}
     for entry in tools:
-        spec = entry.get("function") if isinstance(entry.get("function"), Mapping) else entry
+        function = entry.get("function")
+        spec = function if isinstance(function, Mapping) else entry
         name, parameters = spec.get("name"), spec.get("parameters")
         if isinstance(name, str) and isinstance(parameters, Mapping):
             schemas[name] = dict(parameters)
@@ -327,8 +340,9 @@ def _diff(expected: Any, predicted: Any, path: str, problems: list[str]) -> None
         for k, (e, p) in enumerate(zip(expected, predicted, strict=True)):
             _diff(e, p, f"{path}[{k}]", problems)
         return
-    problems.append(f"`{path or '(arguments)'}`: expected {_clip(json.dumps(expected))}, "
-                    f"got {_clip(json.dumps(predicted))}")
+    problems.append(
+        f"`{path or '(arguments)'}`: expected {_clip(json.dumps(expected))}, got {_clip(json.dumps(predicted))}"
+    )
 
 
 def _clip(text: str, limit: int = 120) -> str:

@@ -6,7 +6,7 @@
   its `_ng_failure_class`.
 - `POST /v1/responses`, `POST /v1/chat/completions`: the Model tier, OpenAI-compatible (token ids, when the
   model gives them, stay on the items as extra fields).
-- `GET /v1/environments`, `GET /healthz`, `GET /metrics` (Prometheus text, see `gym_serve.deployments.ingress.prometheus`).
+- `GET /v1/environments`, `GET /healthz`, `GET /metrics` (Prometheus text, see `.prometheus` beside this module).
 
 Optional bearer-token auth (the token is read from the environment variable
 the config names; everything but `/healthz` needs it). Bounded: bodies over
@@ -14,8 +14,9 @@ the config names; everything but `/healthz` needs it). Bounded: bodies over
 `max_in_flight` rollouts in flight the answer is 429 with `Retry-After`.
 
 Deadlines: every rollout (on `/run` and `/v1/rollouts`) must end within
-`rollout_timeout_s`, retries included; one that does not comes back as a
-failure row with `_ng_failure_class: timeout`, and its work is cancelled.
+`rollout_deadline_s`, retries included; one that does not comes back as a
+failure row with `_ng_failure_class: agent_timeout`, and its work is cancelled.
+Retries and failure rows are the rollout driver's (`gym_serve.collect.attempts`).
 
 Cancellation: when the client of `/v1/rollouts` goes away, Serve's proxy
 cancels the request, the batch's unfinished rollouts are cancelled, their
@@ -36,19 +37,20 @@ import hashlib
 import hmac
 import json
 import os
+import random
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from ray import serve
 from starlette.types import Receive, Scope, Send
 
+from gym_serve.collect.attempts import RetryPolicy, run_attempts
 from gym_serve.deployments.ingress.idempotency import IdempotencyCache, IdempotencyConflict, IdempotencyMismatch
 from gym_serve.deployments.ingress.prometheus import RolloutMetrics
-from gym_serve.failures import RETRYABLE, classify
 from gym_serve.serving.batching import MicroBatcher, agent_batcher
 from gym_serve.wire.chat import chat_request_to_responses, responses_response_to_chat
 
@@ -67,7 +69,12 @@ class IngressArgs(BaseModel):
     max_in_flight: int = Field(default=4096, ge=1)
     max_body_bytes: int = Field(default=32 << 20, ge=1024)
     max_attempts: int = Field(default=3, ge=1)
-    rollout_timeout_s: float = Field(default=900.0, gt=0, description="Deadline of one rollout, retries included.")
+    rollout_deadline_s: float = Field(
+        default=900.0,
+        gt=0,
+        validation_alias=AliasChoices("rollout_deadline_s", "rollout_timeout_s"),
+        description="Deadline of one rollout, retries included.",
+    )
     idempotency_ttl_s: float = Field(default=900.0, gt=0, description="How long a finished batch stays replayable.")
     idempotency_max_rollouts: int = Field(default=10_000, ge=0, description="Most rollout rows kept for replay.")
 
@@ -81,20 +88,31 @@ class RolloutsRequest(BaseModel):
     temperature: float | None = None
     top_p: float | None = None
     max_output_tokens: int | None = None
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200,
-                                        description="Re-sending a batch with its key replays what finished.")
+    idempotency_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="Re-sending a batch with its key replays what finished.",
+    )
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": message, **extra}, status_code=status,
-                        headers={"Retry-After": "1"} if status in (409, 429) else None)
+    return JSONResponse(
+        {"error": message, **extra}, status_code=status, headers={"Retry-After": "1"} if status in (409, 429) else None
+    )
 
 
 class _Batch:
     """The rollouts of one `/v1/rollouts` request: runs and streams them, and gives its slots back exactly once."""
 
-    def __init__(self, ingress: "Ingress", work: list[tuple[str, dict[str, Any]]], group_size: int | None,
-                 key: str | None, replayed: dict[int, dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        ingress: "Ingress",
+        work: list[tuple[str, dict[str, Any]]],
+        group_size: int | None,
+        key: str | None,
+        replayed: dict[int, dict[str, Any]],
+    ) -> None:
         self.ingress = ingress
         self.work = work
         self.group_size = group_size
@@ -185,9 +203,12 @@ class Ingress:
         self._token = os.environ.get(self.args.token_env) or None
         self._batchers: dict[str, MicroBatcher[dict[str, Any], dict[str, Any]]] = {}
         self.in_flight = 0
-        self.idempotency = IdempotencyCache(ttl_s=self.args.idempotency_ttl_s,
-                                            max_rollouts=self.args.idempotency_max_rollouts)
+        self.idempotency = IdempotencyCache(
+            ttl_s=self.args.idempotency_ttl_s, max_rollouts=self.args.idempotency_max_rollouts
+        )
         self.metrics = RolloutMetrics(lambda: self.in_flight, replica=_replica_id())
+        self._retry = RetryPolicy(max_attempts=self.args.max_attempts, deadline_s=self.args.rollout_deadline_s)
+        self._rng = random.Random()
 
     # ---- plumbing ------------------------------------------------------------------------------------------
 
@@ -228,27 +249,9 @@ class Ingress:
         if batcher is None:
             batcher = self._batchers[agent] = agent_batcher(agent)
         started = time.perf_counter()
-        attempt = 0
-        try:
-            async with asyncio.timeout(self.args.rollout_timeout_s):
-                result = None
-                while result is None:
-                    attempt += 1
-                    try:
-                        result = await batcher(row)
-                    except Exception as e:
-                        failure_class = classify(e)
-                        if failure_class in RETRYABLE and attempt < self.args.max_attempts:
-                            await asyncio.sleep(0.1 * 2**attempt)
-                            continue
-                        result = {**row, "_ng_failure_class": failure_class, "error": str(e) or type(e).__name__,
-                                  "attempts": attempt}
-        except TimeoutError:
-            deadline = self.args.rollout_timeout_s
-            result = {**row, "_ng_failure_class": "timeout", "attempts": attempt,
-                      "error": f"rollout did not finish within the ingress deadline of {deadline} s"}
-        self.metrics.finished(result.get("_ng_failure_class", "ok"), time.perf_counter() - started)
-        return result
+        outcome = await run_attempts(lambda: batcher(row), row, self._retry, self._rng)
+        self.metrics.finished(outcome.kind or "ok", time.perf_counter() - started)
+        return outcome.row
 
     def _admit(self, rollouts: int) -> JSONResponse | None:
         if self.in_flight + rollouts > self.args.max_in_flight:
@@ -277,6 +280,7 @@ class Ingress:
         agent = self._agent_of(row)
         if isinstance(agent, JSONResponse):
             return agent
+        assert isinstance(row, dict)  # `_agent_of` answered anything else with a 400
         if (refused := self._admit(1)) is not None:
             return refused
         try:
@@ -298,8 +302,11 @@ class Ingress:
         except ValidationError as e:
             err = e.errors()[0]
             return _error(400, f"`{'.'.join(map(str, err['loc']))}`: {err['msg']}")
-        overrides = {k: v for k, v in job.model_dump(include={"temperature", "top_p", "max_output_tokens"}).items()
-                     if v is not None}
+        overrides = {
+            k: v
+            for k, v in job.model_dump(include={"temperature", "top_p", "max_output_tokens"}).items()
+            if v is not None
+        }
         work: list[tuple[str, dict[str, Any]]] = []
         for index, row in enumerate(job.rows):
             agent = self._agent_of(row)
@@ -308,13 +315,24 @@ class Ingress:
             task = row.get("_ng_task_index", index)
             params = {**row["responses_create_params"], **overrides}
             for k in range(job.num_repeats):
-                work.append((agent, {**row, "responses_create_params": params, "agent_ref": {"name": agent},
-                                     "_ng_task_index": task, "_ng_rollout_index": k}))
+                work.append(
+                    (
+                        agent,
+                        {
+                            **row,
+                            "responses_create_params": params,
+                            "agent_ref": {"name": agent},
+                            "_ng_task_index": task,
+                            "_ng_rollout_index": k,
+                        },
+                    )
+                )
         replayed: dict[int, dict[str, Any]] = {}
         key = job.idempotency_key
         if key is not None:
-            fingerprint = hashlib.sha256(json.dumps(job.model_dump(exclude={"idempotency_key"}), sort_keys=True,
-                                                    default=str).encode()).hexdigest()
+            fingerprint = hashlib.sha256(
+                json.dumps(job.model_dump(exclude={"idempotency_key"}), sort_keys=True, default=str).encode()
+            ).hexdigest()
             try:
                 replayed = self.idempotency.begin(key, fingerprint)
             except IdempotencyConflict as e:
@@ -355,7 +373,8 @@ class Ingress:
         completion = responses_response_to_chat(response)
         last = response["output"][-1] if response.get("output") else {}
         completion["choices"][0]["message"].update(
-            {k: last[k] for k in ("prompt_token_ids", "generation_token_ids", "generation_log_probs") if k in last})
+            {k: last[k] for k in ("prompt_token_ids", "generation_token_ids", "generation_log_probs") if k in last}
+        )
         return JSONResponse(completion)
 
     @app.get("/v1/environments")
@@ -365,13 +384,25 @@ class Ingress:
         status = serve.status()
         apps = {}
         for name, application in status.applications.items():
-            apps[name] = {"status": application.status.value,
-                          "deployments": {d: {"status": dep.status.value, "replicas": dict(dep.replica_states)}
-                                          for d, dep in application.deployments.items()}}
-        return JSONResponse({"agents": self.args.agents, "default_agent": self.args.default_agent,
-                             "model_app": self.args.model_app, "in_flight": self.in_flight, "applications": apps})
+            apps[name] = {
+                "status": application.status.value,
+                "deployments": {
+                    d: {"status": dep.status.value, "replicas": dict(dep.replica_states)}
+                    for d, dep in application.deployments.items()
+                },
+            }
+        return JSONResponse(
+            {
+                "agents": self.args.agents,
+                "default_agent": self.args.default_agent,
+                "model_app": self.args.model_app,
+                "in_flight": self.in_flight,
+                "applications": apps,
+            }
+        )
 
 
 def build_ingress(args: dict[str, Any]) -> Any:
     """The application builder `serve run` imports (`gym_serve.deployments.ingress:build_ingress`)."""
-    return Ingress.bind(IngressArgs.model_validate(args))
+    deployment: Any = Ingress  # `@serve.deployment` made the class a `Deployment`, which type checkers do not see
+    return deployment.bind(IngressArgs.model_validate(args))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from gym_serve import Response
-from gym_serve.analysis.check import replay_examples
 
 from . import CodeGeneration, CodeTask
 
@@ -11,8 +10,9 @@ ENV, CONFIG = CodeGeneration, None
 
 
 def answer(text: str) -> Response:
-    return Response.model_validate({"output": [{"type": "message", "role": "assistant",
-                                                "content": [{"type": "output_text", "text": text}]}]})
+    return Response.model_validate(
+        {"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]}
+    )
 
 
 async def test_reward_needs_every_test_and_reports_the_fraction() -> None:
@@ -23,10 +23,3 @@ async def test_reward_needs_every_test_and_reports_the_fraction() -> None:
     assert partial.reward == 0.0 and abs(partial.fields["fraction_passed"] - 2 / 3) < 1e-9
     missing = await ENV().verify(task, answer("I would write a function that doubles x."), None)
     assert missing.reward == 0.0 and missing.fields["extracted_code"] is None
-
-
-async def test_every_example_row_replays_right_then_wrong() -> None:
-    examples = await replay_examples(ENV, CONFIG)
-    assert len(examples) >= 5
-    for row, right, wrong in examples:
-        assert right["reward"] == 1.0 and wrong["reward"] == 0.0, row["_ng_task_index"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from gym_serve import Response
-from gym_serve.analysis.check import replay_examples
 
 from . import Weather, weather_in
 
@@ -22,15 +21,20 @@ def looked_up(city: str) -> list[dict]:
     description = f"The weather in {city} is {weather_in(city)}."
     return [
         {"type": "function_call", "name": "get_weather", "arguments": json.dumps({"city": city}), "call_id": "c"},
-        {"type": "function_call_output", "call_id": "c",
-         "output": json.dumps({"city": city, "weather_description": description})},
+        {
+            "type": "function_call_output",
+            "call_id": "c",
+            "output": json.dumps({"city": city, "weather_description": description}),
+        },
     ]
 
 
 async def test_verify_right_and_wrong() -> None:
     env = Weather()
     assert weather_in("San Francisco") == "cold"
-    assert await env.verify(None, episode(*looked_up("San Francisco"), answer("It's cold, bring a jacket.")), None) == 1
+    assert (
+        await env.verify(None, episode(*looked_up("San Francisco"), answer("It's cold, bring a jacket.")), None) == 1
+    )
     assert await env.verify(None, episode(*looked_up("San Francisco"), answer("Sunny and warm!")), None) == 0
     assert await env.verify(None, episode(answer("It is sunny in SF.")), None) == 0, "weather it never looked up"
     assert await env.verify(None, episode(answer("Which city do you mean?")), None) == 1
@@ -39,10 +43,3 @@ async def test_verify_right_and_wrong() -> None:
 async def test_tool_reports_the_city_weather() -> None:
     result = await Weather().get_weather("Seattle")
     assert result == {"city": "Seattle", "weather_description": "The weather in Seattle is rainy."}
-
-
-async def test_every_example_row_replays_right_then_wrong() -> None:
-    examples = await replay_examples(Weather)
-    assert len(examples) >= 5
-    for row, right, wrong in examples:
-        assert right["reward"] == 1.0 and wrong["reward"] == 0.0, row["_ng_task_index"]

@@ -10,16 +10,20 @@ from typing import Any
 import pytest
 
 from gym_serve import RolloutError, run_local
-from gym_serve.analysis.check import replay_examples
 from gym_serve.analysis.reverify import reverify
-from gym_serve.testing.fixtures import unique
+from gym_serve.testing.fixtures import replay_examples, unique
 from gym_serve.wire.jsonl import read_jsonl
 
 from . import FunctionCalling
 
 ENV = FunctionCalling
-TOOLS = [{"type": "function", "name": "book", "parameters": {
-    "type": "object", "properties": {"guests": {"type": "integer"}, "city": {"type": "string"}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "name": "book",
+        "parameters": {"type": "object", "properties": {"guests": {"type": "integer"}, "city": {"type": "string"}}},
+    }
+]
 
 
 class Calls:
@@ -30,9 +34,15 @@ class Calls:
 
     async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         self.requests += 1
-        return {"id": "r", "object": "response", "status": "completed", "output": [
-            {"type": "function_call", "name": name, "arguments": arguments, "call_id": f"c{k}", "id": f"f{k}"}
-            for k, (name, arguments) in enumerate(self.calls)]}
+        return {
+            "id": "r",
+            "object": "response",
+            "status": "completed",
+            "output": [
+                {"type": "function_call", "name": name, "arguments": arguments, "call_id": f"c{k}", "id": f"f{k}"}
+                for k, (name, arguments) in enumerate(self.calls)
+            ],
+        }
 
 
 def row(expected: list[dict[str, Any]], tools: list[dict[str, Any]] | None = TOOLS) -> dict[str, Any]:
@@ -43,11 +53,13 @@ def row(expected: list[dict[str, Any]], tools: list[dict[str, Any]] | None = TOO
 
 
 def example_rows() -> list[dict[str, Any]]:
-    return [{**r, "_ng_task_index": i, "_ng_rollout_index": 0}
-            for i, (_, r) in enumerate(read_jsonl(ENV.data_dir() / "example.jsonl"))]
+    return [
+        {**r, "_ng_task_index": i, "_ng_rollout_index": 0}
+        for i, (_, r) in enumerate(read_jsonl(ENV.data_dir() / "example.jsonl"))
+    ]
 
 
-async def test_every_example_row_replays_right_then_wrong() -> None:
+async def test_example_rollouts_carry_the_verifier_fields() -> None:
     examples = await replay_examples(ENV)
     assert len(examples) >= 5 and any(len(r["expected_answers"]) >= 2 for r, _, _ in examples), "a parallel-call row"
     for r, good, bad in examples:
@@ -86,7 +98,7 @@ async def test_unreadable_calls_are_wrong_and_reported_as_sent() -> None:
 async def test_a_malformed_expected_call_fails_the_rollout() -> None:
     with pytest.raises(RolloutError, match="expected call 0 has no `name`") as info:
         await run_local(row([{"arguments": {}}]), ENV(), Calls())
-    assert info.value.failure_class == "verifier_error"
+    assert info.value.kind == "verifier_error"
 
 
 async def test_reverify_rescores_recordings_without_running_their_calls(tmp_path: Path) -> None:

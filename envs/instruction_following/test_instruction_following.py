@@ -6,18 +6,22 @@ from typing import Any
 
 import pytest
 
-from gym_serve import EnvError, EnvRunner
-from gym_serve.analysis.check import replay_examples
+from gym_serve import EnvRunner, InputError
+from gym_serve.testing.fixtures import replay_examples
 
 from . import InstructionFollowing
 
 
 def answer(text: str) -> dict[str, Any]:
-    return {"id": "r", "object": "response", "status": "completed", "output": [
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]}
+    return {
+        "id": "r",
+        "object": "response",
+        "status": "completed",
+        "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}],
+    }
 
 
-async def test_every_example_row_replays_right_then_wrong() -> None:
+async def test_example_rollouts_carry_the_verifier_fields() -> None:
     examples = await replay_examples(InstructionFollowing)
     assert len(examples) >= 5
     assert any("verifier_metadata" in row for row, _, _ in examples) and any("key" in row for row, _, _ in examples)
@@ -29,8 +33,12 @@ async def test_every_example_row_replays_right_then_wrong() -> None:
 
 
 def nemo_row(**fields: Any) -> dict[str, Any]:
-    return {"responses_create_params": {"input": [{"role": "user", "content": "Say hi without commas, quoted."}]},
-            "instruction_id_list": ["punctuation:no_comma", "startend:quotation"], "kwargs": [{}, None], **fields}
+    return {
+        "responses_create_params": {"input": [{"role": "user", "content": "Say hi without commas, quoted."}]},
+        "instruction_id_list": ["punctuation:no_comma", "startend:quotation"],
+        "kwargs": [{}, None],
+        **fields,
+    }
 
 
 async def test_fraction_grading_and_reported_fields() -> None:
@@ -40,7 +48,9 @@ async def test_fraction_grading_and_reported_fields() -> None:
     assert (binary["reward"], fraction["reward"]) == (0.0, 0.5)
     assert binary["follow_instruction_list"] == [True, False] and binary["instruction_level_strict"] == 0.5
     loose = await runner.verify(nemo_row(), answer('Sure:\n"hi there"'), None)
-    assert (loose["reward"], loose["prompt_level_loose"]) == (0.0, 1.0), "loose forgives the preamble; reward is strict"
+    assert (loose["reward"], loose["prompt_level_loose"]) == (0.0, 1.0), (
+        "loose forgives the preamble; reward is strict"
+    )
 
 
 async def test_verifier_metadata_layout_is_read() -> None:
@@ -50,14 +60,19 @@ async def test_verifier_metadata_layout_is_read() -> None:
     assert result["reward"] == 0.0 and result["follow_instruction_list"] == [False]
 
 
-@pytest.mark.parametrize(("fields", "says"), [
-    ({"instruction_id_list": ["paragraphs:paragraphs"], "kwargs": [{}]}, "`paragraphs:paragraphs`: unknown"),
-    ({"kwargs": [{"num_words": 5}, None]} | {"instruction_id_list": ["length_constraints:number_words",
-                                                                     "startend:quotation"]},
-     "`length_constraints:number_words`, kwarg `relation`: required"),
-    ({"kwargs": [{}]}, "2 ids but `kwargs` has 1"),
-])
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"instruction_id_list": ["paragraphs:paragraphs"], "kwargs": [{}]}, "`paragraphs:paragraphs`: unknown"),
+        (
+            {"kwargs": [{"num_words": 5}, None]}
+            | {"instruction_id_list": ["length_constraints:number_words", "startend:quotation"]},
+            "`length_constraints:number_words`, kwarg `relation`: required",
+        ),
+        ({"kwargs": [{}]}, "2 ids but `kwargs` has 1"),
+    ],
+)
 async def test_bad_rows_fail_with_the_instruction_named(fields: dict[str, Any], says: str) -> None:
-    with pytest.raises(EnvError, match="instruction_following") as info:
+    with pytest.raises(InputError, match="instruction_following") as info:
         await EnvRunner(InstructionFollowing()).verify(nemo_row(**fields), answer("hi"), None)
     assert says in str(info.value)

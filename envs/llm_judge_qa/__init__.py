@@ -9,7 +9,7 @@ at a vLLM or OpenAI-backed application for real judging). Without
 
 Reward: 1.0 when the judge says EQUIVALENT, 0.0 when it says NOT_EQUIVALENT.
 A judge that fails or gives no verdict fails the rollout with failure class
-`judge_error`: an outage of the judge must not read as a wrong answer.
+`judge_failed`: an outage of the judge must not read as a wrong answer.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gym_serve import Environment, Response, RolloutError, Task, Verdict
+from gym_serve import Environment, Response, Task, Verdict, errors
 from gym_serve.verifiers.llm_judge import Judge, JudgeError, judge_equivalence
 
 
@@ -35,7 +35,7 @@ class JudgeConfig(BaseModel):
     """Without `judge_app`: recorded verdicts for an in-process replay judge (offline); paths under `data/`.
 
     The default plays this env's own recordings, so the examples run offline; an answer they do not
-    cover gets no verdict and fails as `judge_error`, never a silent score."""
+    cover gets no verdict and fails as `judge_failed`, never a silent score."""
     judge_model: str | None = None
     """The `model` field sent to the judge, if its deployment serves several."""
 
@@ -71,9 +71,12 @@ class LlmJudgeQa(Environment):
         answer = response.output_text()
         try:
             verdict = await judge_equivalence(
-                self.judge(), question=task.question, reference=task.expected_answer, answer=answer,
+                self.judge(),
+                question=task.question,
+                reference=task.expected_answer,
+                answer=answer,
                 model=self.config.judge_model,
             )
         except JudgeError as e:
-            raise RolloutError(f"llm_judge_qa: {e}", failure_class="judge_error") from e
+            raise errors.JudgeError(f"llm_judge_qa: {e}") from e
         return Verdict(reward=verdict.reward, fields={"judge_text": verdict.judge_text})

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from gym_serve.analysis.check import replay_examples
+from gym_serve.testing.fixtures import replay_examples
 
 from . import Math
 
 
-async def test_every_example_row_replays_right_then_wrong() -> None:
+async def test_example_rollouts_carry_the_verifier_fields() -> None:
     examples = await replay_examples(Math)
     assert len(examples) >= 5
     for _, right, wrong in examples:

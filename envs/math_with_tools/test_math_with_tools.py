@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from gym_serve import EnvRunner, ReplayModel, run_local
-from gym_serve.analysis.check import replay_examples
 from gym_serve.wire.jsonl import read_jsonl
 
 from . import MathWithTools, extract_number, same_number
@@ -21,9 +20,12 @@ async def test_the_python_tool_runs_sandboxed() -> None:
     runner = EnvRunner(MathWithTools())
     calls = [
         {"type": "function_call", "name": "python", "arguments": '{"code": "print(6 * 7)"}', "call_id": "a"},
-        {"type": "function_call", "name": "python",
-         "arguments": '{"code": "import socket\\nsocket.create_connection((\\"1.1.1.1\\", 80), timeout=1)"}',
-         "call_id": "b"},
+        {
+            "type": "function_call",
+            "name": "python",
+            "arguments": '{"code": "import socket\\nsocket.create_connection((\\"1.1.1.1\\", 80), timeout=1)"}',
+            "call_id": "b",
+        },
         {"type": "function_call", "name": "python", "arguments": '{"code": "1/0"}', "call_id": "c"},
     ]
     outputs, _ = await runner.call_tools(calls, None)
@@ -36,10 +38,3 @@ async def test_episodes_are_multi_step() -> None:
     row = next(row for _, row in read_jsonl(ENV.data_dir() / "example.jsonl"))
     rollout = await run_local(row, MathWithTools(), ReplayModel.for_environment(ENV))
     assert rollout["reward"] == 1.0 and rollout["tool_calls"] == 2
-
-
-async def test_every_example_row_replays_right_then_wrong() -> None:
-    examples = await replay_examples(ENV, CONFIG)
-    assert len(examples) >= 5
-    for row, right, wrong in examples:
-        assert right["reward"] == 1.0 and wrong["reward"] == 0.0, row["_ng_task_index"]

@@ -1,4 +1,7 @@
-"""Write reasoning-gym tasks as NeMo Gym rows, offline: `python -m gym_serve.envs.reasoning_gym.make_rows --dataset NAME ...`.
+"""Write reasoning-gym tasks as NeMo Gym rows, offline.
+
+    python -m gym_serve.envs.reasoning_gym.make_rows --dataset NAME ...
+
 
     python -m gym_serve.envs.reasoning_gym.make_rows --dataset chain_sum --size 1000 --seed 42 \\
         --config '{"max_terms": 4}' --output chain_sum.jsonl
@@ -32,12 +35,18 @@ def make_row(dataset: str, config: dict[str, Any], index: int, *, system_prompt:
     messages = [{"role": "user", "content": entry["question"]}]
     if system_prompt is not None:
         messages.insert(0, {"role": "system", "content": SYSTEM_PROMPTS[system_prompt]})
-    return {"responses_create_params": {"input": messages}, **entry,
-            "dataset": dataset, "dataset_config": written, "index": index}
+    return {
+        "responses_create_params": {"input": messages},
+        **entry,
+        "dataset": dataset,
+        "dataset_config": written,
+        "index": index,
+    }
 
 
-def make_rows(dataset: str, *, size: int, seed: int, config: dict[str, Any] | None = None,
-              system_prompt: str | None = "default") -> Iterator[dict]:
+def make_rows(
+    dataset: str, *, size: int, seed: int, config: dict[str, Any] | None = None, system_prompt: str | None = "default"
+) -> Iterator[dict]:
     """Rows 0..size-1 of `dataset` at `seed` (the config's `size` is `size`)."""
     full = {**(config or {}), "seed": seed, "size": size}
     for index in range(size):
@@ -45,8 +54,11 @@ def make_rows(dataset: str, *, size: int, seed: int, config: dict[str, Any] | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gym_serve.envs.reasoning_gym.make_rows", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m gym_serve.envs.reasoning_gym.make_rows",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--dataset", required=True, help="a reasoning-gym dataset, e.g. chain_sum")
     parser.add_argument("--size", type=int, required=True, help="how many rows (also the dataset's size)")
     parser.add_argument("--seed", type=int, required=True)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gym_serve import EnvRunner, VerifyError
-from gym_serve.analysis.check import replay_examples
+from gym_serve.testing.fixtures import replay_examples
 
 from . import ReasoningGym
 from .generation import GenerationError, extract_answer, generate_entry, normalize_config
@@ -23,11 +23,15 @@ FAMILIES = ["basic_arithmetic", "chain_sum", "leg_counting", "letter_counting", 
 
 
 def answer(text: str) -> dict[str, Any]:
-    return {"id": "r", "object": "response", "status": "completed", "output": [
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]}
+    return {
+        "id": "r",
+        "object": "response",
+        "status": "completed",
+        "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}],
+    }
 
 
-async def test_every_example_row_replays_right_then_wrong() -> None:
+async def test_example_rollouts_carry_the_verifier_fields() -> None:
     examples = await replay_examples(ReasoningGym)
     assert len(examples) >= 5 and len({row["dataset"] for row, _, _ in examples}) >= 5
     for row, good, bad in examples:
@@ -60,8 +64,11 @@ async def test_a_forged_answer_or_metadata_fails_instead_of_rescoring() -> None:
     row = first_row()
     wrong = str(int(row["answer"]) + 5)
     assert (await runner.verify(row, answer(f"<answer>{wrong}</answer>"), None))["reward"] == 0.0
-    for forged in ({**row, "answer": wrong}, {**row, "metadata": {**row["metadata"], "expression": "1 + 1"}},
-                   {**row, "question": "What is 1 + 1?"}):
+    for forged in (
+        {**row, "answer": wrong},
+        {**row, "metadata": {**row["metadata"], "expression": "1 + 1"}},
+        {**row, "question": "What is 1 + 1?"},
+    ):
         with pytest.raises(VerifyError, match="differs from what reasoning-gym"):
             await runner.verify(forged, answer(f"<answer>{wrong}</answer>"), None)
     without_entry = {k: v for k, v in row.items() if k not in ("question", "answer", "metadata")}
@@ -80,16 +87,19 @@ async def test_nemo_gym_rows_need_trust_and_the_allow_list_is_kept() -> None:
         await only_spelling.verify(row, answer("<answer>1</answer>"), None)
 
 
-@pytest.mark.parametrize(("dataset", "config", "index", "says"), [
-    ("chain_sums", {"seed": 1}, 0, "did you mean `chain_sum`"),
-    ("chain_sum", {"size": 5}, 0, "needs an integer `seed`"),
-    ("chain_sum", {"seed": 1, "max_termz": 3}, 0, "has no field `max_termz`"),
-    ("chain_sum", {"seed": 1, "min_terms": 0}, 0, "min_terms must be positive"),
-    ("chain_sum", {"seed": 1, "size": 5}, 5, "index must be an integer in [0, size=5)"),
-    ("basic_arithmetic", {"seed": 1, "format_style": "fancy"}, 0, "`format_style`: cannot use 'fancy'"),
-    ("spell_backward", {"seed": 1, "data_file": "../../../../etc/passwd"}, 0, "shipped with reasoning-gym"),
-    ("composite", {"seed": 1}, 0, "composite"),
-])
+@pytest.mark.parametrize(
+    ("dataset", "config", "index", "says"),
+    [
+        ("chain_sums", {"seed": 1}, 0, "did you mean `chain_sum`"),
+        ("chain_sum", {"size": 5}, 0, "needs an integer `seed`"),
+        ("chain_sum", {"seed": 1, "max_termz": 3}, 0, "has no field `max_termz`"),
+        ("chain_sum", {"seed": 1, "min_terms": 0}, 0, "min_terms must be positive"),
+        ("chain_sum", {"seed": 1, "size": 5}, 5, "index must be an integer in [0, size=5)"),
+        ("basic_arithmetic", {"seed": 1, "format_style": "fancy"}, 0, "`format_style`: cannot use 'fancy'"),
+        ("spell_backward", {"seed": 1, "data_file": "../../../../etc/passwd"}, 0, "shipped with reasoning-gym"),
+        ("composite", {"seed": 1}, 0, "composite"),
+    ],
+)
 def test_bad_generation_requests_are_refused_by_name(dataset: str, config: dict, index: int, says: str) -> None:
     with pytest.raises(GenerationError) as info:
         generate_entry(dataset, config, index)
@@ -105,13 +115,16 @@ def test_configs_are_written_in_full_and_read_back_the_same() -> None:
     assert arithmetic["operators"] == ["+", "-", "*", "/"], "tuples travel as lists"
 
 
-@pytest.mark.parametrize(("text", "extracted"), [
-    ("<answer>1</answer> then <answer> 2 </answer>", "2"),
-    ("no tags, but \\boxed{\\frac{1}{2}} at the end", "\\frac{1}{2}"),
-    ("<answer>tags win</answer> over \\boxed{3}", "tags win"),
-    ("just a number 42", None),
-    ("<answer>never closed", None),
-])
+@pytest.mark.parametrize(
+    ("text", "extracted"),
+    [
+        ("<answer>1</answer> then <answer> 2 </answer>", "2"),
+        ("no tags, but \\boxed{\\frac{1}{2}} at the end", "\\frac{1}{2}"),
+        ("<answer>tags win</answer> over \\boxed{3}", "tags win"),
+        ("just a number 42", None),
+        ("<answer>never closed", None),
+    ],
+)
 def test_extract_answer(text: str, extracted: str | None) -> None:
     assert extract_answer(text) == extracted
 
@@ -126,19 +139,36 @@ def test_extraction_of_a_degenerate_output_is_linear() -> None:
 def test_make_rows_command_writes_rows_without_the_network(tmp_path: Path) -> None:
     """The generator runs with every socket refused: reasoning-gym's tasks are made offline."""
     out = tmp_path / "rows.jsonl"
-    guard = ("import sys\n"
-             "def refuse(event, args):\n"
-             "    if event.startswith(('socket.', 'urllib.')):\n"
-             "        raise RuntimeError(f'network use: {event}')\n"
-             "sys.addaudithook(refuse)\n"
-             "from gym_serve.envs.reasoning_gym.make_rows import main\n"
-             f"sys.exit(main(['--dataset', 'letter_counting', '--size', '3', '--seed', '5', '--output', {str(out)!r},"
-             " '--config', '{\"max_words\": 6}']))\n")
+    guard = (
+        "import sys\n"
+        "def refuse(event, args):\n"
+        "    if event.startswith(('socket.', 'urllib.')):\n"
+        "        raise RuntimeError(f'network use: {event}')\n"
+        "sys.addaudithook(refuse)\n"
+        "from gym_serve.envs.reasoning_gym.make_rows import main\n"
+        f"sys.exit(main(['--dataset', 'letter_counting', '--size', '3', '--seed', '5', '--output', {str(out)!r},"
+        " '--config', '{\"max_words\": 6}']))\n"
+    )
     done = subprocess.run([sys.executable, "-c", guard], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["index"] for r in rows] == [0, 1, 2] and rows[0]["dataset_config"]["max_words"] == 6
     assert rows == list(make_rows("letter_counting", size=3, seed=5, config={"max_words": 6}))
-    bad = subprocess.run([sys.executable, "-m", "gym_serve.envs.reasoning_gym.make_rows", "--dataset", "nope", "--size", "1",
-                          "--seed", "1"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gym_serve.envs.reasoning_gym.make_rows",
+            "--dataset",
+            "nope",
+            "--size",
+            "1",
+            "--seed",
+            "1",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "unknown reasoning-gym dataset `nope`" in bad.stderr

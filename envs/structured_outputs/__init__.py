@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gym_serve import Environment, Response, Task, Verdict
-from gym_serve.verifiers.json_schema import MAX_CHARS, verify_json
+from gym_serve.verifiers.json_schema import MAX_CHARS, load_schema, verify_json
 
 
 class SchemaTask(Task):
@@ -37,6 +37,7 @@ class SchemaTask(Task):
             raise ValueError("a row needs exactly one of `schema_str` (or its older name `schema`)")
         if self.schema_type.lower() != "json":
             raise ValueError(f"`schema_type` must be `json` here, got `{self.schema_type}`")
+        load_schema(self.schema_value)  # a broken schema is the row's fault: bad input, found before any rollout
         return self
 
     @property
@@ -56,7 +57,10 @@ class StructuredOutputs(Environment):
     Config = StructuredOutputsConfig
 
     async def verify(self, task: SchemaTask, response: Response, state: None) -> Verdict:
-        result = verify_json(response.output_text(), task.schema_value, strict=self.config.strict,
-                             max_chars=self.config.max_chars)
-        return Verdict(reward=result.reward, fields={"error_type": result.error_type, "error_message": result.error,
-                                                     "error_path": result.error_path})
+        result = verify_json(
+            response.output_text(), task.schema_value, strict=self.config.strict, max_chars=self.config.max_chars
+        )
+        return Verdict(
+            reward=result.reward,
+            fields={"error_type": result.error_type, "error_message": result.error, "error_path": result.error_path},
+        )

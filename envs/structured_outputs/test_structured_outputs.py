@@ -10,15 +10,17 @@ from typing import Any
 import pytest
 
 from gym_serve import RolloutError, run_local
-from gym_serve.analysis.check import replay_examples
-from gym_serve.testing.fixtures import unique
+from gym_serve.testing.fixtures import replay_examples, unique
 from gym_serve.wire.jsonl import read_jsonl
 
 from . import StructuredOutputs
 
 ENV = StructuredOutputs
-SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
-          "required": ["city"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+    "required": ["city"],
+}
 
 
 class Says:
@@ -28,8 +30,14 @@ class Says:
         self.text = text
 
     async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
-        return {"id": "r", "object": "response", "status": "completed", "output": [
-            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": self.text}]}]}
+        return {
+            "id": "r",
+            "object": "response",
+            "status": "completed",
+            "output": [
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": self.text}]}
+            ],
+        }
 
 
 def row(**fields: Any) -> dict[str, Any]:
@@ -37,11 +45,13 @@ def row(**fields: Any) -> dict[str, Any]:
 
 
 def example_rows() -> list[dict[str, Any]]:
-    return [{**r, "_ng_task_index": i, "_ng_rollout_index": 0}
-            for i, (_, r) in enumerate(read_jsonl(ENV.data_dir() / "example.jsonl"))]
+    return [
+        {**r, "_ng_task_index": i, "_ng_rollout_index": 0}
+        for i, (_, r) in enumerate(read_jsonl(ENV.data_dir() / "example.jsonl"))
+    ]
 
 
-async def test_every_example_row_replays_right_then_wrong() -> None:
+async def test_example_rollouts_carry_the_verifier_fields() -> None:
     examples = await replay_examples(ENV)
     assert len(examples) >= 5
     error_types = set()
@@ -81,7 +91,7 @@ async def test_nemo_gyms_older_schema_field_loads_too() -> None:
 async def test_a_bad_row_fails_the_rollout_instead_of_scoring_zero(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(RolloutError, match=message) as info:
         await run_local(row(**fields), ENV(), Says("{}"))
-    assert info.value.failure_class == "verifier_error"
+    assert info.value.kind == "bad_input"
 
 
 @pytest.mark.serve

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 from gym_serve import EnvRunner
-from gym_serve.analysis.check import replay_examples
 
 from . import Workplace
 
@@ -29,18 +28,13 @@ async def test_each_rollout_has_its_own_database() -> None:
 async def test_collateral_changes_and_bad_calls() -> None:
     runner = EnvRunner(Workplace())
     state = await runner.seed(ROW)
-    outputs, state = await runner.call_tools(call("set_ticket_status", '{"ticket_id": "T-9", "status": "closed"}'),
-                                             state)
+    outputs, state = await runner.call_tools(
+        call("set_ticket_status", '{"ticket_id": "T-9", "status": "closed"}'), state
+    )
     assert "no ticket 'T-9'" in outputs[0]["output"]
     for ticket in ("T-2", "T-4"):  # closing everything is not a strategy
-        _, state = await runner.call_tools(call("set_ticket_status", f'{{"ticket_id": "{ticket}", "status": "closed"}}'),
-                                           state)
+        _, state = await runner.call_tools(
+            call("set_ticket_status", f'{{"ticket_id": "{ticket}", "status": "closed"}}'), state
+        )
     verdict = await runner.verify(ROW, {"output": []}, state)
     assert verdict["reward"] == 0.0 and verdict["reward_components"]["untouched"] == 0.0
-
-
-async def test_every_example_row_replays_right_then_wrong() -> None:
-    examples = await replay_examples(ENV, CONFIG)
-    assert len(examples) >= 5
-    for row, right, wrong in examples:
-        assert right["reward"] == 1.0 and wrong["reward"] == 0.0, row["_ng_task_index"]

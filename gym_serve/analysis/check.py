@@ -25,12 +25,11 @@ from pydantic import ValidationError
 from gym_serve.environment.core import Environment
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.errors import InputError
-from gym_serve.rollout.local import run_local
-from gym_serve.rollout.replay import ReplayModel, _conversation, _prompt, conversation_key
+from gym_serve.rollout.replay import _conversation, _prompt, conversation_key
 from gym_serve.serving.config import BUILDER, AppSpec, load_serve_config
 from gym_serve.wire.jsonl import read_jsonl, scan_jsonl
 
-__all__ = ["EnvReport", "check_environment", "replay_examples"]
+__all__ = ["EnvReport", "check_environment"]
 
 MIN_ROWS = 5
 
@@ -65,8 +64,11 @@ class EnvReport:
             lines.append(f"{r.line:>4}  {right:>11}  {wrong:>11}  {1000 * r.verify_s:>9.1f}  {verdict}")
         lines += [f"problem: {p}" for p in self.problems]
         passed = sum(not r.problems for r in self.rows)
-        lines.append(f"{self.name}: {passed}/{len(self.rows)} rows pass (reward got (recorded))"
-                     + ("" if self.ok else f", {len(self.problems)} other problem(s)") + (" OK" if self.ok else " FAILED"))
+        lines.append(
+            f"{self.name}: {passed}/{len(self.rows)} rows pass (reward got (recorded))"
+            + ("" if self.ok else f", {len(self.problems)} other problem(s)")
+            + (" OK" if self.ok else " FAILED")
+        )
         return "\n".join(lines)
 
 
@@ -74,8 +76,9 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-def check_environment(name: str, *, verify_budget_s: float | None = None, rollout_timeout_s: float = 120.0,
-                     address: str | None = None) -> EnvReport:
+def check_environment(
+    name: str, *, verify_budget_s: float | None = None, rollout_timeout_s: float = 120.0, address: str | None = None
+) -> EnvReport:
     """Run every check on environment `name`; Ray and Serve are started (or joined at `address`) for step 3.
 
     `verify_budget_s` defaults to the environment's own `verify_budget_s`.
@@ -98,24 +101,7 @@ def check_environment(name: str, *, verify_budget_s: float | None = None, rollou
     return report
 
 
-async def replay_examples(
-    cls: type[Environment], config: Any = None
-) -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
-    """(row, right rollout, wrong rollout) for every example row, in-process: the replay model at error_rate 0, then 1.
-
-    The fast twin of step 3 for an environment's own tests (no Ray): they assert
-    what each rollout must hold (`reward` 1.0 / 0.0, and their own fields).
-    """
-    right = ReplayModel.for_environment(cls)
-    wrong = ReplayModel.for_environment(cls, error_rate=1.0)
-    results = []
-    for i, (_, row) in enumerate(read_jsonl(cls.data_dir() / "example.jsonl")):
-        row = {**row, "_ng_task_index": i, "_ng_rollout_index": 0}
-        results.append((row, await run_local(row, cls(config), right), await run_local(row, cls(config), wrong)))
-    return results
-
-
-def _check_rows(cls: type, report: EnvReport) -> list[tuple[int, dict[str, Any]]]:
+def _check_rows(cls: type[Environment], report: EnvReport) -> list[tuple[int, dict[str, Any]]]:
     path = cls.data_dir() / "example.jsonl"
     if not path.is_file():
         report.problems.append(f"{path}: missing")
@@ -146,7 +132,7 @@ def _prompt_key(row: dict[str, Any]) -> str:
     return conversation_key(_prompt(_conversation(row["responses_create_params"])))
 
 
-def _recorded_rewards(cls: type, report: EnvReport) -> dict[str, tuple[float, float | None]]:
+def _recorded_rewards(cls: type[Environment], report: EnvReport) -> dict[str, tuple[float, float | None]]:
     """Prompt key → (best recorded reward, worst recorded reward below it, or None)."""
     path = cls.data_dir() / "example_rollouts.jsonl"
     rewards: dict[str, list[float]] = defaultdict(list)
@@ -166,7 +152,9 @@ def _specs(name: str) -> tuple[list[AppSpec], str]:
     config = resources.files("gym_serve.deployments") / f"{name}.yaml"
     if config.is_file():
         specs = load_serve_config(Path(str(config)))
-        env_apps = [s for s in specs if s.import_path == BUILDER and (s.args.get("environment") or {}).get("name") == name]
+        env_apps = [
+            s for s in specs if s.import_path == BUILDER and (s.args.get("environment") or {}).get("name") == name
+        ]
         if len(env_apps) == 1:
             return specs, env_apps[0].name
     spec = AppSpec(name=name, import_path=BUILDER, args={"environment": {"name": name}})
@@ -179,8 +167,14 @@ def _variant(spec: AppSpec, suffix: str, error_rate: float) -> AppSpec:
     return spec.model_copy(update={"name": f"{spec.name}-{suffix}", "route_prefix": None, "args": args})
 
 
-async def _through_serve(name: str, rows: list[tuple[int, dict[str, Any]]], report: EnvReport,
-                         verify_budget_s: float, rollout_timeout_s: float, address: str | None) -> None:
+async def _through_serve(
+    name: str,
+    rows: list[tuple[int, dict[str, Any]]],
+    report: EnvReport,
+    verify_budget_s: float,
+    rollout_timeout_s: float,
+    address: str | None,
+) -> None:
     from ray import serve
 
     from gym_serve.serving import deploy as serving
@@ -196,7 +190,8 @@ async def _through_serve(name: str, rows: list[tuple[int, dict[str, Any]]], repo
             handle = serve.get_app_handle(variant.name)
             results = await asyncio.gather(
                 *(asyncio.wait_for(handle.run.remote(row), rollout_timeout_s) for _, row in rows),
-                return_exceptions=True)
+                return_exceptions=True,
+            )
             for result_row, outcome in zip(report.rows, results, strict=True):
                 _score(result_row, attr, outcome, verify_budget_s)
     finally:

@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from gym_serve.collect.materialize import sibling_path
+from gym_serve.collect.job import sibling_path
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.environment.runner import EnvRunner
 from gym_serve.wire.jsonl import JsonlWriter, read_jsonl
@@ -45,17 +45,29 @@ async def reverify(rollouts_path: str | Path, environments: dict[str, str]) -> d
             stats["after"] += after
             if after != before:
                 stats["changed"] += 1
-                changed.append({"line": line, "agent": agent, "_ng_task_index": row.get("_ng_task_index"),
-                                "_ng_rollout_index": row.get("_ng_rollout_index"), "before": before, "after": after})
+                changed.append(
+                    {
+                        "line": line,
+                        "agent": agent,
+                        "_ng_task_index": row.get("_ng_task_index"),
+                        "_ng_rollout_index": row.get("_ng_rollout_index"),
+                        "before": before,
+                        "after": after,
+                    }
+                )
             out.write({**row, **verdict, "previous_reward": before})
-    return {"output": str(out_path), "changed": changed,
-            "agents": {a: {**s, "before": s["before"] / s["rows"], "after": s["after"] / s["rows"]}
-                       for a, s in totals.items()}}
+    return {
+        "output": str(out_path),
+        "changed": changed,
+        "agents": {
+            a: {**s, "before": s["before"] / s["rows"], "after": s["after"] / s["rows"]} for a, s in totals.items()
+        },
+    }
 
 
 async def _rescore(runner: EnvRunner, row: dict[str, Any]) -> dict[str, Any]:
-    state = await runner.seed(row) if runner.describe()["has_seed"] else None
-    executes = runner.describe().get("execute_tool_calls", True)  # else the calls are the answer, never run
+    state = await runner.seed(row) if runner.info.has_seed else None
+    executes = runner.info.execute_tool_calls  # else the calls are the answer, never run
     for item in row["response"]["output"]:
         if executes and item.get("type") == "function_call":
             _, state = await runner.call_tools([item], state)

@@ -8,10 +8,12 @@ Memory is bounded by the in-flight window, not by the input's size.
 
 Nothing is dropped: a bad row is written to `<out>_failures.jsonl` as
 `bad_input` with its line; a rollout that fails is retried with exponential
-backoff and jitter if its failure is retryable (a replica died, back-pressure,
-a timeout, a model endpoint error) and written as a failure row otherwise.
-Every rollout attempt has a deadline. `resume` continues from the files on
-disk (`gym_serve.collect.resume`) without running a finished key again.
+backoff and jitter if its failure is retryable (a replica died, a timeout, a
+model endpoint error), back-pressure is waited out, and what cannot finish is
+written as a failure row (`gym_serve.collect.attempts`, the path the HTTP
+ingress takes too). Every rollout attempt has a deadline. `resume` continues
+from the files on disk (`gym_serve.collect.resume`) without running a finished
+key again.
 """
 
 from __future__ import annotations
@@ -20,69 +22,28 @@ import asyncio
 import os
 import random
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import ray
-from pydantic import BaseModel, Field
 
-from gym_serve.collect.materialize import CollectJob, Key, materialize, rollout_key, sibling_path
+from gym_serve.collect.attempts import Outcome, RetryPolicy, failure_row, run_attempts
+from gym_serve.collect.job import CollectJob, CollectSummary, Key, failures_path, rollout_key, sibling_path
+from gym_serve.collect.materialize import materialize
 from gym_serve.collect.resume import Progress, load_progress
 from gym_serve.collect.window import AdaptiveWindow
-from gym_serve.errors import InputError
-from gym_serve.failures import RETRYABLE, classify
+from gym_serve.errors import FailureKind, InputError
 from gym_serve.serving.batching import MicroBatcher, agent_batcher
 from gym_serve.wire.jsonl import JsonlWriter
 
-__all__ = ["Collection", "CollectJob", "CollectSummary", "RolloutDriver", "failures_path", "write_ordered"]
+__all__ = ["Collection", "RolloutDriver", "write_ordered"]
 
 _LATENCY_SAMPLES = 10_000
-_MAX_BACKPRESSURE_WAITS = 1_000
-"""Back-pressure is a signal to slow down, not a failure: it costs no attempt, up to this many waits."""
 
 Call = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 """Runs one rollout row on the named agent and returns the rollout."""
-
-
-class CollectSummary(BaseModel):
-    """The outcome of a collection, and its progress while it runs.
-
-    Accounting: `rows_read = rows_ran + rows_skipped`, and every expected rollout
-    ends up exactly once in the output or the failures file:
-    `rollouts_expected = rollouts + rollouts_resumed + failures + failures_kept`.
-    """
-
-    rows_read: int = 0
-    rows_skipped: int = 0
-    rollouts_expected: int = 0
-    rollouts: int = 0
-    rollouts_resumed: int = 0
-    failures: int = 0
-    failures_kept: int = 0
-    failures_by_class: dict[str, int] = Field(default_factory=dict)
-    retries: int = 0
-    backpressure_waits: int = 0
-    in_flight: int = 0
-    window: int = 0
-    elapsed_s: float = 0.0
-    rollouts_per_s: float = 0.0
-    mean_reward: float | None = None
-    latency_p50_s: float | None = None
-    latency_p95_s: float | None = None
-    latency_p99_s: float | None = None
-    time_split_s: dict[str, float] = Field(default_factory=dict, description="Summed model/tool/verify seconds.")
-    driver_rss_mb: float | None = Field(default=None, description="The driver process's resident memory now.")
-    finished: bool = False
-    output_path: str = ""
-    failures_path: str = ""
-    materialized_path: str = ""
-    ordered_path: str | None = None
-
-
-def failures_path(output_path: str | Path) -> Path:
-    return sibling_path(output_path, "failures.jsonl")
 
 
 class Collection:
@@ -98,11 +59,12 @@ class Collection:
             materialized_path=str(sibling_path(self.out, "materialized_inputs.jsonl")),
         )
         self.window = AdaptiveWindow(job.concurrency)
+        self.policy: RetryPolicy = job.retry_policy()
         self._rng = random.Random(seed)
         self._reward_total = 0.0
         self._latencies: list[float] = []
         self._classes: Counter[str] = Counter()
-        self._time_split: Counter[str] = Counter()
+        self._time_split: defaultdict[str, float] = defaultdict(float)
         self._started = time.perf_counter()
 
     async def run(self) -> CollectSummary:
@@ -164,56 +126,42 @@ class Collection:
     def _on_bad_row(self, line: int, error: InputError) -> None:
         self.summary.rows_read += 1
         self.summary.rows_skipped += 1
-        self._failed.write({"_ng_failure_class": "bad_input", "error": str(error), "line": line,
-                            "source": self.job.input_path, "attempts": 0})
-        self._classes["bad_input"] += 1
+        failure = failure_row({"line": line, "source": self.job.input_path}, FailureKind.BAD_INPUT, str(error), 0)
+        self._failed.write(failure)
+        self._classes[FailureKind.BAD_INPUT.value] += 1
 
     async def _run_one(self, row: dict[str, Any], spent: int) -> None:
         try:
-            await self._attempts(row, spent)
+            outcome = await run_attempts(
+                lambda: self.call(row["agent_ref"]["name"], row),
+                row,
+                self.policy,
+                self._rng,
+                spent=spent,
+                on_backpressure=self._on_backpressure,
+            )
+            self.summary.retries += outcome.retries
+            if outcome.ok:
+                self.window.on_success()
+                self._record_success(outcome)
+            else:
+                self._record_failure(outcome)
         finally:
             self.summary.in_flight -= 1
             await self.window.release()
 
-    async def _attempts(self, row: dict[str, Any], spent: int) -> None:
-        agent = row["agent_ref"]["name"]
-        attempt, waits = spent, 0
-        while True:
-            attempt += 1
-            started = time.perf_counter()
-            try:
-                result = await asyncio.wait_for(self.call(agent, row), self.job.rollout_timeout_s)
-            except Exception as e:  # a failed rollout is data: classify, maybe retry, else record
-                failure_class = classify(e)
-                if failure_class == "backpressure" and waits < _MAX_BACKPRESSURE_WAITS:
-                    self.window.on_backpressure()
-                    self.summary.backpressure_waits += 1
-                    attempt, waits = attempt - 1, waits + 1
-                    await asyncio.sleep(self._backoff(waits))
-                    continue
-                if failure_class in RETRYABLE and attempt < self.job.max_attempts:
-                    self.summary.retries += 1
-                    await asyncio.sleep(self._backoff(attempt))
-                    continue
-                self._record_failure(row, e, failure_class, attempt)
-                return
-            self.window.on_success()
-            self._record_success(result, time.perf_counter() - started)
-            return
+    def _on_backpressure(self) -> None:
+        self.window.on_backpressure()
+        self.summary.backpressure_waits += 1
 
-    def _backoff(self, attempt: int) -> float:
-        """Exponential backoff with full jitter, capped at 5 s."""
-        return self._rng.uniform(0.5, 1.0) * min(5.0, 0.05 * 2**attempt)
-
-    def _record_failure(self, row: dict[str, Any], error: BaseException, failure_class: str, attempts: int) -> None:
-        message = str(error) or type(error).__name__
-        if isinstance(error, TimeoutError):
-            message = f"rollout did not finish within {self.job.rollout_timeout_s} s"
-        self._failed.write({**row, "_ng_failure_class": failure_class, "error": message, "attempts": attempts})
-        self._classes[failure_class] += 1
+    def _record_failure(self, outcome: Outcome) -> None:
+        assert outcome.kind is not None
+        self._failed.write(outcome.row)
+        self._classes[outcome.kind.value] += 1
         self.summary.failures += 1
 
-    def _record_success(self, result: dict[str, Any], latency: float) -> None:
+    def _record_success(self, outcome: Outcome) -> None:
+        result, latency = outcome.row, outcome.latency_s
         self._writer.write(result)
         s = self.summary
         s.rollouts += 1
@@ -239,7 +187,7 @@ def _rss_mb() -> float | None:
 
 
 def write_ordered(output: Path) -> Path:
-    """Copy the output into `<out>_ordered.jsonl` sorted by (agent, task, rollout), one key's offset in memory at a time."""
+    """Copy the output into `<out>_ordered.jsonl` sorted by (agent, task, rollout), holding one offset per key."""
     import orjson
 
     index: list[tuple[Key, int, int]] = []
@@ -265,17 +213,17 @@ class RolloutDriver:
         self._collection: Collection | None = None
         self._batchers: dict[str, MicroBatcher[dict[str, Any], dict[str, Any]]] = {}
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> CollectSummary:
         if self._collection is None:
-            return CollectSummary(driver_rss_mb=_rss_mb()).model_dump()
-        return self._collection.snapshot().model_dump()
+            return CollectSummary(driver_rss_mb=_rss_mb())
+        return self._collection.snapshot()
 
-    async def collect(self, job_dict: dict[str, Any]) -> dict[str, Any]:
-        self._collection = Collection(CollectJob.model_validate(job_dict), self._call)
-        return (await self._collection.run()).model_dump()
+    async def collect(self, job: CollectJob) -> CollectSummary:
+        self._collection = Collection(job, self._call)
+        return await self._collection.run()
 
     async def _call(self, agent: str, row: dict[str, Any]) -> dict[str, Any]:
-        """Rows go to an agent in micro-batches, one streaming Serve request per batch (`gym_serve.serving.batching`)."""
+        """Rows go to an agent in micro-batches, one streaming Serve request per batch (`serving.batching`)."""
         batcher = self._batchers.get(agent)
         if batcher is None:
             batcher = self._batchers[agent] = agent_batcher(agent)

@@ -1,4 +1,4 @@
-"""What a collection will run: the job, and its input rows turned into rollout rows.
+"""A collection's input rows turned into rollout rows.
 
 `materialize` reads the input lazily and yields one row per rollout, with
 NeMo Gym's index semantics: identical raw rows share a `_ng_task_index`
@@ -11,61 +11,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
-
+from gym_serve.collect.job import CollectJob
 from gym_serve.collect.task_index import TaskIndex
 from gym_serve.errors import InputError
 from gym_serve.wire.jsonl import dumps, scan_jsonl
 
-__all__ = ["CollectJob", "Key", "materialize", "rollout_key", "sibling_path"]
-
-Key = tuple[str, int, int]
-"""A rollout's identity: (agent, `_ng_task_index`, `_ng_rollout_index`)."""
-
-
-class CollectJob(BaseModel):
-    """What to collect, and how hard to push."""
-
-    input_path: str
-    output_path: str
-    agents: list[str] = Field(description="Names of the deployed agent applications rows may route to.")
-    default_agent: str | None = Field(default=None, description="For rows without `agent_ref`.")
-    num_repeats: int | dict[str, int] = Field(default=1, description="Rollouts per task, or per agent name.")
-    limit: int | None = Field(default=None, ge=1, description="Read at most this many input lines.")
-    params_overrides: dict[str, Any] = Field(
-        default_factory=dict, description="Merged into every row's `responses_create_params` (e.g. temperature)."
-    )
-    concurrency: int = Field(default=64, ge=1, description="Most rollouts in flight at once.")
-    max_attempts: int = Field(default=3, ge=1, description="Tries per rollout for retryable failures.")
-    rollout_timeout_s: float | None = Field(default=600.0, gt=0, description="Deadline of one rollout attempt.")
-    resume: bool = Field(default=False, description="Continue from the files on disk instead of starting over.")
-    ordered: bool = Field(default=False, description="Also write `<out>_ordered.jsonl` in (task, rollout) order.")
-    shard_index: int = Field(default=0, ge=0, description="Run only tasks with index % shard_count == shard_index.")
-    shard_count: int = Field(default=1, ge=1, description="Split the input's tasks among this many collections.")
-
-    @model_validator(mode="after")
-    def _shard_in_range(self) -> CollectJob:
-        if self.shard_index >= self.shard_count:
-            raise ValueError(f"shard_index {self.shard_index} is not below shard_count {self.shard_count}")
-        return self
-
-    def repeats_for(self, agent: str) -> int:
-        if isinstance(self.num_repeats, int):
-            return self.num_repeats
-        return self.num_repeats.get(agent, 1)
-
-
-def sibling_path(output_path: str | Path, suffix: str) -> Path:
-    """`<out>_<suffix>.jsonl` next to the output, as NeMo Gym names its side files."""
-    path = Path(output_path)
-    return path.with_name(f"{path.stem}_{suffix}")
-
-
-def rollout_key(row: dict[str, Any]) -> Key:
-    return (row["agent_ref"]["name"], int(row["_ng_task_index"]), int(row["_ng_rollout_index"]))
+__all__ = ["materialize"]
 
 
 def materialize(
@@ -88,6 +41,7 @@ def materialize(
                 continue
             assert row is not None
             agent = row["agent_ref"]["name"] if "agent_ref" in row else job.default_agent
+            assert agent is not None  # `_check_row` refused rows without an agent
             repeats = job.repeats_for(agent)
             if "_ng_task_index" in row:
                 task, first = row["_ng_task_index"], 0

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from gym_serve.collect.materialize import Key, rollout_key
+from gym_serve.collect.job import Key, rollout_key
 
 __all__ = ["Progress", "load_progress"]
 

@@ -40,6 +40,10 @@ class Task(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
 
+AnyTask = Task
+"""`Task`, under a name the `Environment.Task` class attribute does not shadow in method signatures."""
+
+
 class NoConfig(BaseModel):
     """The config of an environment that takes none."""
 
@@ -51,12 +55,14 @@ class Verdict(BaseModel):
 
     `components` becomes the rollout's `reward_components`; `fields` are
     merged into the rollout row (e.g. `extracted_answer`), as NeMo Gym's
-    verify responses do.
+    verify responses do. `mask_sample` marks a rollout that finished but
+    must not be trained on (NeMo Gym's field of the same name).
     """
 
     reward: float
     components: dict[str, float] | None = None
     fields: dict[str, Any] = Field(default_factory=dict)
+    mask_sample: bool = False
 
 
 class Turn(BaseModel):
@@ -80,6 +86,8 @@ class Environment:
     - `Config`: a pydantic model for the environment's options (from the app config).
 
     and implement `verify`; `seed`, `user_turn` and `@tool` methods are optional.
+    An environment without `State` may leave the `state` parameter out of
+    `verify`, `user_turn` and its tools.
     """
 
     Task: ClassVar[type[Task]] = Task
@@ -115,17 +123,13 @@ class Environment:
 
     @classmethod
     def tool_specs(cls) -> dict[str, ToolSpec]:
-        return {
-            name: ToolSpec.from_function(member)
-            for name, member in inspect.getmembers(cls)
-            if is_tool(member)
-        }
+        return {name: ToolSpec.from_function(member) for name, member in inspect.getmembers(cls) if is_tool(member)}
 
-    async def seed(self, task: Task) -> BaseModel | None:
+    async def seed(self, task: AnyTask) -> BaseModel | None:
         """Create the state of a new rollout. The default is `State()` (or none)."""
         return self.State() if self.State is not None else None
 
-    async def user_turn(self, task: Task, response: Response, state: BaseModel | None) -> Turn | None:
+    async def user_turn(self, task: AnyTask, response: Response, state: BaseModel | None) -> Turn | None:
         """Optional: answer the model's message, for multi-turn games and simulated users.
 
         Called when the model answers without a tool call; `response.output` is
@@ -135,6 +139,6 @@ class Environment:
         """
         return None
 
-    async def verify(self, task: Task, response: Response, state: BaseModel | None) -> float | Verdict:
+    async def verify(self, task: AnyTask, response: Response, state: BaseModel | None) -> float | Verdict:
         """Score the finished episode: `response.output` holds every item of it."""
         raise NotImplementedError(f"{type(self).__name__} must implement `verify`")

@@ -12,19 +12,37 @@ to. They never fail the rollout.
 
 from __future__ import annotations
 
+import inspect
 import json
+from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from gym_serve.environment.core import Environment, Verdict
-from gym_serve.environment.tools import ToolSpec
-from gym_serve.errors import EnvError, RolloutError, VerifyError
+from gym_serve.environment.core import Environment, Task, Verdict
+from gym_serve.environment.tools import STATE_PARAM, ToolSpec
+from gym_serve.errors import EnvError, GymServeError, InputError, ToolError, VerifyError
 from gym_serve.wire.responses import Response
 
-__all__ = ["EnvRunner"]
+__all__ = ["EnvInfo", "EnvRunner"]
 
 State = dict[str, Any] | None
+
+
+class EnvInfo(BaseModel):
+    """What the agent needs to know of an environment once, before its first rollout."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    tools: list[dict[str, Any]]
+    """The tools' schemas, in the Responses API's `tools` form."""
+    has_seed: bool
+    """Call `seed` to start a rollout's state."""
+    has_user_turn: bool
+    """The environment answers the model's plain messages (games, simulated users)."""
+    execute_tool_calls: bool = True
+    """False: the model's function calls are its answer, judged and never run."""
 
 
 class EnvRunner:
@@ -33,20 +51,18 @@ class EnvRunner:
     def __init__(self, env: Environment) -> None:
         self.env = env
         self.specs: dict[str, ToolSpec] = type(env).tool_specs()
-        self._tool_schemas = [spec.schema() for spec in self.specs.values()]
-        self._has_seed = type(env).seed is not Environment.seed or type(env).State is not None
-        self._has_user_turn = type(env).user_turn is not Environment.user_turn
+        self.info = EnvInfo(
+            name=type(env).name(),
+            tools=[spec.schema() for spec in self.specs.values()],
+            has_seed=type(env).seed is not Environment.seed or type(env).State is not None,
+            has_user_turn=type(env).user_turn is not Environment.user_turn,
+            execute_tool_calls=type(env).execute_tool_calls,
+        )
+        self._verify = _without_unused_state(env.verify)
+        self._user_turn = _without_unused_state(env.user_turn)
 
-    def describe(self) -> dict[str, Any]:
-        """What the agent needs to know once: the name, tool schemas, whether to call `seed` and `user_turn`,
-        and whether function calls are run or are the answer."""
-        return {
-            "name": type(self.env).name(),
-            "tools": self._tool_schemas,
-            "has_seed": self._has_seed,
-            "has_user_turn": self._has_user_turn,
-            "execute_tool_calls": type(self.env).execute_tool_calls,
-        }
+    def describe(self) -> EnvInfo:
+        return self.info
 
     async def seed(self, row: dict[str, Any]) -> State:
         task = self._task(row)
@@ -58,7 +74,10 @@ class EnvRunner:
 
     async def call_tools(self, calls: list[dict[str, Any]], state: State) -> tuple[list[dict[str, Any]], State]:
         """Run the function calls of one model turn, in order, and return their outputs and the new state."""
-        live_state = self._load_state(state)
+        try:
+            live_state = self._load_state(state)
+        except ValidationError as e:  # the rollout's state is broken: no tool can run, and the model cannot help
+            raise ToolError(f"`{type(self.env).name()}`: the rollout's state is not a valid `State`: {e}") from e
         outputs = []
         for call in calls:
             text = await self._call_one(call, live_state)
@@ -71,7 +90,7 @@ class EnvRunner:
         """The environment's reply to a plain model answer (a `Turn` as a dict, or None), and the new state."""
         live_state = self._load_state(state)
         try:
-            turn = await self.env.user_turn(self._task(row), Response.model_validate(response), live_state)
+            turn = await self._user_turn(self._task(row), Response.model_validate(response), live_state)
         except Exception as e:
             raise EnvError(f"`{type(self.env).name()}.user_turn` raised {type(e).__name__}: {e}") from e
         return (turn.model_dump() if turn is not None else None), _dump(live_state)
@@ -81,8 +100,8 @@ class EnvRunner:
         task = self._task(row)
         try:
             parsed = Response.model_validate(response)
-            verdict = await self.env.verify(task, parsed, self._load_state(state))
-        except RolloutError:  # the environment named the failure class itself (e.g. `judge_error`)
+            verdict = await self._verify(task, parsed, self._load_state(state))
+        except GymServeError:  # the environment named the failure itself (e.g. a `JudgeError`)
             raise
         except Exception as e:
             raise VerifyError(f"`{type(self.env).name()}.verify` raised {type(e).__name__}: {e}") from e
@@ -93,6 +112,8 @@ class EnvRunner:
                 f"`{type(self.env).name()}.verify` must return a float or a Verdict, got {type(verdict).__name__}"
             )
         result: dict[str, Any] = {**verdict.fields, "reward": verdict.reward}
+        if verdict.mask_sample:
+            result["mask_sample"] = True
         if verdict.components is not None:
             result["reward_components"] = verdict.components
         return result
@@ -114,16 +135,28 @@ class EnvRunner:
             return f"Error: tool `{name}` failed: {type(e).__name__}: {e}"
         return _as_text(result)
 
-    def _task(self, row: dict[str, Any]) -> BaseModel:
+    def _task(self, row: dict[str, Any]) -> Task:
         try:
             return self.env.Task.model_validate(row)
         except ValidationError as e:
             problems = "; ".join(f"`{'.'.join(map(str, err['loc'])) or '(row)'}`: {err['msg']}" for err in e.errors())
-            raise EnvError(f"row does not fit `{type(self.env).name()}`'s task fields: {problems}") from e
+            field = ".".join(map(str, e.errors()[0]["loc"])) or None
+            raise InputError(
+                f"row does not fit `{type(self.env).name()}`'s task fields: {problems}",
+                source=f"environment `{type(self.env).name()}`",
+                field=field,
+            ) from e
 
     def _load_state(self, state: State) -> BaseModel | None:
         model = self.env.State
         return None if model is None or state is None else model.model_validate(state)
+
+
+def _without_unused_state(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`method(task, response, state)`, also for an environment whose `verify`/`user_turn` takes no `state`."""
+    if STATE_PARAM in inspect.signature(method).parameters:
+        return method
+    return lambda task, response, state: method(task, response)
 
 
 def _dump(state: BaseModel | None) -> State:

@@ -30,7 +30,8 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 def tool(fn: F) -> F:
     """Mark an `async def` method of an `Environment` as a tool the model may call."""
-    if not inspect.iscoroutinefunction(fn):
+    is_async = inspect.iscoroutinefunction(fn)  # checked apart: the check would narrow `fn` away from `F`
+    if not is_async:
         raise TypeError(f"@tool `{fn.__qualname__}` must be `async def`, got a plain function")
     setattr(fn, _TOOL_MARK, True)
     return fn
@@ -75,7 +76,20 @@ class ToolSpec:
         return cls(name=fn.__name__, description=_summary(doc), arguments=model, takes_state=takes_state)
 
     def schema(self) -> dict[str, Any]:
-        """The tool in the Responses API's `tools` form."""
+        """The tool in the Responses API's `tools` form.
+
+        >>> async def get_weather(self, city: str, state: None) -> dict:
+        ...     \"\"\"Get the current weather in a city.
+        ...
+        ...     Args:
+        ...         city: The city's name.
+        ...     \"\"\"
+        >>> schema = ToolSpec.from_function(get_weather).schema()
+        >>> schema["name"], schema["description"]
+        ('get_weather', 'Get the current weather in a city.')
+        >>> schema["parameters"]["properties"], schema["parameters"]["required"]
+        ({'city': {'description': "The city's name.", 'type': 'string'}}, ['city'])
+        """
         parameters = self.arguments.model_json_schema()
         parameters.pop("title", None)
         for prop in parameters.get("properties", {}).values():

@@ -6,10 +6,12 @@ Environments with a `user_turn` (games, simulated users) answer the model's
 plain messages: their reply is appended as a user message and the loop goes
 on until they end the episode; their per-step rewards land in `step_rewards`.
 
-The loop ends when the model answers without a function call, when its
-response is incomplete (it ran out of output tokens or context), or after
-`max_steps` model calls. For an environment whose function calls are the
-answer (`execute_tool_calls = False`), it also ends at the first turn with
+The episode *terminates* when the model answers without a function call (or
+the environment ends it); it is *truncated* when its response is incomplete
+(it ran out of output tokens or context) or after `max_steps` model calls.
+The rollout row records both (`terminated`, `truncated`), as Gymnasium does.
+For an environment whose function calls are the answer
+(`execute_tool_calls = False`), it also terminates at the first turn with
 calls, and runs none of them. The loop is written against two small interfaces,
 `ModelClient` and `EnvClient`, so the same code runs over Serve handles in a
 deployment and over in-process objects in tests.
@@ -24,10 +26,19 @@ import asyncio
 import time
 from typing import Any, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field
 
-from gym_serve.errors import RolloutError
-from gym_serve.failures import classify
+from gym_serve.environment.runner import EnvInfo
+from gym_serve.errors import (
+    EnvError,
+    FailureKind,
+    GymServeError,
+    ModelError,
+    RolloutError,
+    ToolError,
+    VerifyError,
+    failure_kind,
+)
 
 __all__ = ["AgentConfig", "EnvClient", "ModelClient", "run_episode"]
 
@@ -38,8 +49,11 @@ class AgentConfig(BaseModel):
     """Options of the tool-loop agent."""
 
     max_steps: int = Field(default=10, ge=1, description="Most model calls in one episode.")
-    call_timeout_s: float | None = Field(
-        default=300.0, gt=0, description="Deadline of each model, tool and verify call; a hung tier fails the call."
+    tier_call_timeout_s: float | None = Field(
+        default=300.0,
+        gt=0,
+        validation_alias=AliasChoices("tier_call_timeout_s", "call_timeout_s"),
+        description="Deadline of each call to the model or environment tier; a hung tier fails the call.",
     )
 
 
@@ -62,7 +76,7 @@ async def run_episode(
     *,
     model: ModelClient,
     env: EnvClient,
-    env_info: dict[str, Any],
+    env_info: EnvInfo,
     config: AgentConfig,
 ) -> dict[str, Any]:
     """Run one rollout of `row` and return the rollout row (input fields + response + reward)."""
@@ -72,19 +86,20 @@ async def run_episode(
     session = _session_id(row)
 
     state = None
-    if env_info["has_seed"]:
-        state = await _call("environment `seed`", env.seed(row), "env_error", config)
+    if env_info.has_seed:
+        state = await _call("environment `seed`", env.seed(row), EnvError, config)
 
-    tools = params.get("tools") or env_info["tools"]
+    tools = params.get("tools") or env_info.tools
     conversation = _input_items(params["input"])
     output: list[dict[str, Any]] = []
     usage = {key: 0 for key in _USAGE_KEYS}
     response: dict[str, Any] = {}
     step_rewards: list[float] = []
+    terminated = False
     for _ in range(config.max_steps):
         request = {**params, "input": conversation + output, "tools": tools}
         t0 = time.perf_counter()
-        response = await _call("model `responses`", model.responses(request, session), "model_error", config)
+        response = await _call("model `responses`", model.responses(request, session), ModelError, config)
         timings["model_s"] += time.perf_counter() - t0
         timings["model_calls"] += 1
         items = response.get("output") or []
@@ -93,53 +108,71 @@ async def run_episode(
         if response.get("status") == "incomplete":
             break
         calls = [item for item in items if item.get("type") == "function_call"]
-        if calls and not env_info.get("execute_tool_calls", True):
-            break  # the calls are the answer: verify them, run nothing
+        if calls and not env_info.execute_tool_calls:
+            terminated = True  # the calls are the answer: verify them, run nothing
+            break
         if not calls:
             if not any(item.get("type") == "message" for item in items):
                 continue  # a turn of reasoning only: ask again
-            if not env_info.get("has_user_turn"):
+            if not env_info.has_user_turn:
+                terminated = True
                 break
             so_far = {**response, "output": output}
-            turn, state = await _call(
-                "environment `user_turn`", env.user_turn(row, so_far, state), "env_error", config
-            )
+            turn, state = await _call("environment `user_turn`", env.user_turn(row, so_far, state), EnvError, config)
             if turn is None:
+                terminated = True
                 break
             step_rewards.append(float(turn["reward"]))
             if turn.get("message"):
                 output.append({"type": "message", "role": "user", "content": turn["message"]})
             if turn["terminated"]:
+                terminated = True
                 break
             continue
         t0 = time.perf_counter()
-        tool_outputs, state = await _call(
-            "environment `call_tools`", env.call_tools(calls, state), "tool_error", config
-        )
+        tool_outputs, state = await _call("environment `call_tools`", env.call_tools(calls, state), ToolError, config)
         timings["tool_s"] += time.perf_counter() - t0
         timings["tool_calls"] += len(calls)
         output.extend(tool_outputs)
 
     episode = {**response, "output": output, "usage": _full_usage(usage)}
     t0 = time.perf_counter()
-    verdict = await _call("environment `verify`", env.verify(row, episode, state), "verifier_error", config)
+    verdict = await _call("environment `verify`", env.verify(row, episode, state), VerifyError, config)
     timings["verify_s"] = time.perf_counter() - t0
     timings["total_s"] = time.perf_counter() - started
     extra = {"step_rewards": step_rewards} if step_rewards else {}
-    return {**row, "response": episode, **verdict, **extra, "_gs_timings": timings}
+    return {
+        **row,
+        "response": episode,
+        "mask_sample": False,
+        **verdict,
+        **extra,
+        "terminated": terminated,
+        "truncated": not terminated,
+        "_gs_timings": timings,
+    }
 
 
-async def _call(what: str, call: Any, failure_class: str, config: AgentConfig) -> Any:
-    """Await a call to another tier within the call deadline; its failure fails the rollout with a failure class."""
+async def _call(what: str, call: Any, tier_error: type[GymServeError], config: AgentConfig) -> Any:
+    """Await a call to another tier within the call deadline; its failure fails the rollout.
+
+    The failure's kind is the exception's own (a replica died, the environment
+    named it); an exception that says nothing more specific gets the tier's
+    (`tier_error.kind`: a model call's failure is a `model_error`).
+    """
     try:
-        return await asyncio.wait_for(call, config.call_timeout_s)
+        return await asyncio.wait_for(call, config.tier_call_timeout_s)
     except RolloutError:
         raise
     except TimeoutError as e:
-        raise RolloutError(f"{what} did not answer within {config.call_timeout_s} s", failure_class="timeout") from e
+        raise RolloutError(
+            f"{what} did not answer within {config.tier_call_timeout_s} s", kind=FailureKind.TRANSPORT_TIMEOUT
+        ) from e
     except Exception as e:
-        cls = classify(e, failure_class)
-        raise RolloutError(f"{what} failed: {type(e).__name__}: {e}", failure_class=cls) from e
+        kind = failure_kind(e)
+        if kind is FailureKind.AGENT_RUN_ERROR:
+            kind = tier_error.kind
+        raise RolloutError(f"{what} failed: {type(e).__name__}: {e}", kind=kind) from e
 
 
 def _input_items(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:

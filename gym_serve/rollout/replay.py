@@ -106,7 +106,8 @@ class ReplayModel:
                 output = row["response"]["output"]
                 reward = float(row.get("reward", 0.0))
             except (KeyError, TypeError, ValueError) as e:
-                raise InputError(f"not a recorded rollout: {type(e).__name__}: {e}", source=str(path), line=line)
+                message = f"not a recorded rollout: {type(e).__name__}: {e}"
+                raise InputError(message, source=str(path), line=line) from e
             episodes.append((conversation, output, reward))
         best: dict[str, float] = {}
         for conversation, _, reward in episodes:

@@ -1,6 +1,6 @@
 """Autoscaling the batched tiers on the work they hold, not on Serve's request count.
 
-The Agent, Environment and replay/synthetic Model tiers take their calls in
+The Agent, Environment and Model tiers take their calls in
 micro-batches (`gym_serve.serving.batching`): one Serve request may carry 64 calls.
 Serve's default policy scales on ongoing *requests*, so it would see one
 where a replica is working on 64 and never scale. Instead each of these

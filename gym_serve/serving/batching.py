@@ -36,7 +36,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
-__all__ = ["MicroBatcher", "agent_batcher", "stream_batch"]
+__all__ = ["BatchedResponses", "MicroBatcher", "agent_batcher", "stream_batch"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -52,8 +52,12 @@ class MicroBatcher(Generic[T, R]):
     """
 
     def __init__(
-        self, send: Callable[[list[T]], Any], *, max_size: int = 64,
-        max_wait_s: float = 0.01, parts: Callable[[], int] | None = None,
+        self,
+        send: Callable[[list[T]], Any],
+        *,
+        max_size: int = 64,
+        max_wait_s: float = 0.01,
+        parts: Callable[[], int] | None = None,
     ) -> None:
         self._send = send
         self._max_size = max_size
@@ -132,7 +136,6 @@ class MicroBatcher(Generic[T, R]):
         self.latency_s += _SMOOTHING * (seconds - self.latency_s)
 
 
-
 def agent_batcher(agent: str) -> MicroBatcher[dict[str, Any], dict[str, Any]]:
     """Rows to an agent application's `run_batch`, up to 32 per request, split over its running Agent replicas.
 
@@ -143,8 +146,10 @@ def agent_batcher(agent: str) -> MicroBatcher[dict[str, Any], dict[str, Any]]:
     from gym_serve.serving.replica_count import replica_counts
 
     run_batch = serve.get_app_handle(agent).options(stream=True).run_batch
-    return MicroBatcher(lambda rows: run_batch.remote(rows), max_size=32,
-                        parts=functools.partial(replica_counts.of, agent, "Agent"))
+    return MicroBatcher(
+        lambda rows: run_batch.remote(rows), max_size=32, parts=functools.partial(replica_counts.of, agent, "Agent")
+    )
+
 
 _LATENCY_SHARE = 0.05
 """A call waits for company at most this share of the calls' latency."""
@@ -185,3 +190,19 @@ async def stream_batch(
     finally:
         for task in pending:
             task.cancel()
+
+
+class BatchedResponses:
+    """Base of every Model deployment: the Agent sends its `responses` calls in micro-batches to `responses_batch`.
+
+    A subclass defines `responses(request, session)`; each call of a batch runs
+    concurrently and its result streams back as soon as it is ready.
+    """
+
+    responses: Callable[[dict[str, Any], str | None], Awaitable[dict[str, Any]]]
+
+    async def responses_batch(
+        self, calls: list[tuple[dict[str, Any], str | None]]
+    ) -> AsyncIterator[list[tuple[int, Any]]]:
+        async for item in stream_batch(self.responses, calls):
+            yield item

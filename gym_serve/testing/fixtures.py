@@ -13,9 +13,13 @@ from typing import Any
 
 import pytest
 
+from gym_serve.environment.core import Environment
 from gym_serve.environment.registry import load_environment_class
+from gym_serve.rollout.local import run_local
+from gym_serve.rollout.replay import ReplayModel
+from gym_serve.wire.jsonl import read_jsonl
 
-__all__ = ["example_rows", "serve_instance", "unique"]
+__all__ = ["example_rows", "replay_examples", "serve_instance", "unique"]
 
 
 @pytest.fixture(scope="module")
@@ -40,3 +44,20 @@ def example_rows(env_name: str) -> list[dict[str, Any]]:
     """The rows of an environment's `data/example.jsonl`."""
     path = load_environment_class(env_name).data_dir() / "example.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def replay_examples(
+    cls: type[Environment], config: Any = None
+) -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
+    """(row, right rollout, wrong rollout) for every example row, in-process: the replay model at error_rate 0, then 1.
+
+    The in-process twin of `gym-serve env test`'s run through Serve, for an environment's own tests (no Ray):
+    they assert what each rollout must hold (`reward` 1.0 / 0.0, and their own fields).
+    """
+    right = ReplayModel.for_environment(cls)
+    wrong = ReplayModel.for_environment(cls, error_rate=1.0)
+    results = []
+    for i, (_, row) in enumerate(read_jsonl(cls.data_dir() / "example.jsonl")):
+        row = {**row, "_ng_task_index": i, "_ng_rollout_index": 0}
+        results.append((row, await run_local(row, cls(config), right), await run_local(row, cls(config), wrong)))
+    return results

@@ -59,12 +59,15 @@ _CORPUS = [
     "def solve(n):\n    return sum(range(n + 1))\nprint(solve(10))",
     "SELECT name, price FROM products WHERE price > 10 ORDER BY price;",
     "The answer is \\boxed{42}. Answer: B. True or false? Yes, no, maybe.",
-    "# Tools\n<tools>\n</tools>\nCall a tool with {\"name\": NAME, \"arguments\": ARGS}.",
+    '# Tools\n<tools>\n</tools>\nCall a tool with {"name": NAME, "arguments": ARGS}.',
 ]
 
 
 def make_tiny_model(path: str | Path, *, vocab_size: int = 1024, seed: int = 0) -> Path:
-    """Write the tiny model (head size 64: the smallest vLLM's CPU attention supports) to `path` (once: an existing model there is reused). Returns the path."""
+    """Write the tiny model to `path` and return the path; an existing model there is reused.
+
+    Head size 64: the smallest vLLM's CPU attention supports.
+    """
     path = Path(path)
     if (path / "model.safetensors").exists() and (path / "tokenizer.json").exists():
         return path
@@ -82,11 +85,13 @@ def _train_tokenizer(vocab_size: int):  # noqa: ANN202 (transformers type, impor
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     bpe.train_from_iterator(_CORPUS * 20, trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=None, eos_token="<|im_end|>",
-                                        pad_token="<|endoftext|>", unk_token=None)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
+    )
     tokenizer.add_tokens(MARKUP)
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
@@ -97,9 +102,19 @@ def _write_weights(path: Path, vocab: int, eos_id: int, seed: int) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=vocab, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=2048, rms_norm_eps=1e-6, tie_word_embeddings=False,
-        bos_token_id=None, eos_token_id=eos_id, pad_token_id=0, torch_dtype="float32",
+        vocab_size=vocab,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=eos_id,
+        pad_token_id=0,
+        torch_dtype="float32",
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)

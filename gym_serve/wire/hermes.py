@@ -24,7 +24,14 @@ _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 
 
 def parse_output(text: str) -> list[dict[str, Any]]:
-    """The output items a model's generated text stands for."""
+    """The output items a model's generated text stands for.
+
+    >>> text = '<think>Look it up.</think><tool_call>{"name": "get_weather", "arguments": {"city": "SF"}}</tool_call>'
+    >>> [(item["type"], item.get("name"), item.get("arguments")) for item in parse_output(text)]
+    [('reasoning', None, None), ('function_call', 'get_weather', '{"city": "SF"}')]
+    >>> parse_output('<tool_call>{"name": oops}</tool_call>')[0]["content"][0]["text"]  # malformed: kept in sight
+    '<tool_call>{"name": oops}</tool_call>'
+    """
     items: list[dict[str, Any]] = []
     reasoning, rest = split_think(text)
     if reasoning:
@@ -37,15 +44,29 @@ def parse_output(text: str) -> list[dict[str, Any]]:
             name, arguments = call["name"], call.get("arguments", {})
         except (json.JSONDecodeError, KeyError, TypeError):
             return match.group(0)  # malformed: leave it visible
-        calls.append({"type": "function_call", "id": _id("fc"), "call_id": _id("call"), "name": str(name),
-                      "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
-                      "status": "completed"})
+        calls.append(
+            {
+                "type": "function_call",
+                "id": _id("fc"),
+                "call_id": _id("call"),
+                "name": str(name),
+                "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                "status": "completed",
+            }
+        )
         return ""
 
     message = _TOOL_CALL.sub(take, rest).strip()
     if message:
-        items.append({"type": "message", "id": _id("msg"), "role": "assistant", "status": "completed",
-                      "content": [{"type": "output_text", "text": message, "annotations": []}]})
+        items.append(
+            {
+                "type": "message",
+                "id": _id("msg"),
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": message, "annotations": []}],
+            }
+        )
     return items + calls
 
 
@@ -55,7 +76,7 @@ def render_tool_call(name: str, arguments: str) -> str:
         parsed: Any = json.loads(arguments) if arguments else {}
     except json.JSONDecodeError:
         parsed = arguments
-    return f'<tool_call>\n{json.dumps({"name": name, "arguments": parsed})}\n</tool_call>'
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': parsed})}\n</tool_call>"
 
 
 def _id(prefix: str) -> str:

@@ -31,7 +31,6 @@ __all__ = [
     "RolloutRow",
     "Usage",
     "function_calls",
-    "item_adapter",
     "output_text",
 ]
 
@@ -99,42 +98,6 @@ class Reasoning(_Open):
     type: Literal["reasoning"] = "reasoning"
     id: str | None = None
     summary: list[SummaryText] = Field(default_factory=list)
-
-
-def _item_kind(value: Any) -> str:
-    if isinstance(value, dict):
-        kind = value.get("type", "message")
-        role = value.get("role")
-    else:
-        kind = getattr(value, "type", "message")
-        role = getattr(value, "role", None)
-    if kind == "message":
-        content = value.get("content") if isinstance(value, dict) else getattr(value, "content", None)
-        return "output_message" if role == "assistant" and isinstance(content, list) else "input_message"
-    return kind
-
-
-_ITEM_MODELS: dict[str, type[BaseModel]] = {
-    "input_message": InputMessage,
-    "output_message": OutputMessage,
-    "function_call": FunctionCall,
-    "function_call_output": FunctionCallOutput,
-    "reasoning": Reasoning,
-}
-
-
-class _ItemAdapter:
-    """Validates one conversation item by its `type` (and role, for messages)."""
-
-    def validate_python(self, value: Any) -> BaseModel:
-        kind = _item_kind(value)
-        model = _ITEM_MODELS.get(kind)
-        if model is None:
-            raise ValueError(f"unknown item type {kind!r}; expected one of {sorted(_ITEM_MODELS)}")
-        return model.model_validate(value)
-
-
-item_adapter = _ItemAdapter()
 
 
 class FunctionTool(_Open):

@@ -34,7 +34,16 @@ def token_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def check_contiguity(rollout: dict[str, Any]) -> ContiguityReport:
-    """Check every model call of a rollout row (or of a Responses object) against the contract."""
+    """Check every model call of a rollout row (or of a Responses object) against the contract.
+
+    >>> first = {"prompt_token_ids": [1, 2], "generation_token_ids": [3], "generation_log_probs": [-0.1]}
+    >>> second = {"prompt_token_ids": [1, 2, 3, 4], "generation_token_ids": [5], "generation_log_probs": [-0.2]}
+    >>> check_contiguity({"output": [first, second]}).ok
+    True
+    >>> second["prompt_token_ids"] = [1, 2, 9, 4]  # history re-tokenized differently
+    >>> check_contiguity({"output": [first, second]}).problems
+    ['call 2: prompt does not extend the previous prompt + generation (first difference at token 2 of 3)']
+    """
     response = rollout.get("response", rollout)
     calls = token_calls(response.get("output", []))
     problems: list[str] = []
@@ -50,9 +59,15 @@ def check_contiguity(rollout: dict[str, Any]) -> ContiguityReport:
         if not generation:
             problems.append(f"call {number}: empty generation")
         if sequence is not None and prompt[: len(sequence)] != sequence:
-            at = next((i for i, (a, b) in enumerate(zip(prompt, sequence)) if a != b), min(len(prompt), len(sequence)))
-            problems.append(f"call {number}: prompt does not extend the previous prompt + generation "
-                            f"(first difference at token {at} of {len(sequence)})")
+            common = min(len(prompt), len(sequence))
+            at = next((i for i in range(common) if prompt[i] != sequence[i]), common)
+            problems.append(
+                f"call {number}: prompt does not extend the previous prompt + generation "
+                f"(first difference at token {at} of {len(sequence)})"
+            )
         sequence = prompt + generation
-    return ContiguityReport(calls=len(calls), ok=not problems and bool(calls), problems=problems or
-                            ([] if calls else ["no model call carries token ids"]))
+    return ContiguityReport(
+        calls=len(calls),
+        ok=not problems and bool(calls),
+        problems=problems or ([] if calls else ["no model call carries token ids"]),
+    )

@@ -74,7 +74,10 @@ async def test_sleeping_forever_is_killed_at_the_wall_timeout() -> None:
 
 async def test_fork_bomb_hits_the_process_limit_and_leaves_nothing_behind() -> None:
     tag = f"bomb{uuid.uuid4().hex[:8]}"
-    bomb = f"import os, time\n# {tag}\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)\n"
+    bomb = (
+        f"import os, time\n# {tag}\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
+        "        time.sleep(0.01)\n"
+    )
     before = len(os.listdir("/proc"))
     reward, _ = await score(ADD + bomb)
     assert reward == 0.0
@@ -129,7 +132,9 @@ async def test_network_sockets_reach_nothing() -> None:
     with pytest.raises(BlockingIOError):  # nothing ever connected: the backlog is empty
         server.accept()
     server.close()
-    assert (await score(ADD + "import urllib.request\nurllib.request.urlopen('http://example.com', timeout=2)"))[0] == 0.0
+    assert (await score(ADD + "import urllib.request\nurllib.request.urlopen('http://example.com', timeout=2)"))[
+        0
+    ] == 0.0
 
 
 async def test_spawned_processes_die_with_the_sandbox_and_cannot_escape_it() -> None:
@@ -155,8 +160,9 @@ async def test_verification_does_not_block_the_event_loop() -> None:
             ticks += 1
 
     task = asyncio.create_task(ticker())
-    await verify_asserts(ADD + "import time\nt = time.time()\nwhile time.time() - t < 1.5:\n    pass\n", TESTS,
-                         limits=LIMITS)
+    await verify_asserts(
+        ADD + "import time\nt = time.time()\nwhile time.time() - t < 1.5:\n    pass\n", TESTS, limits=LIMITS
+    )
     task.cancel()
     assert ticks >= 20  # ~30 expected in 1.5 s; a blocked loop would give 0
 
@@ -172,7 +178,9 @@ async def test_the_audit_hook_fallback_also_refuses_sockets_and_outside_writes()
     assert not run.ok and "network access is disabled" in run.stderr
     run, _ = await run_python("open('/tmp/gs-audit-escape', 'w')", limits=LIMITS, mode="audit_hook")
     assert not run.ok and not Path("/tmp/gs-audit-escape").exists()
-    run, _ = await run_python("import os\nos.system('echo pwned > /tmp/gs-audit-escape')", limits=LIMITS, mode="audit_hook")
+    run, _ = await run_python(
+        "import os\nos.system('echo pwned > /tmp/gs-audit-escape')", limits=LIMITS, mode="audit_hook"
+    )
     assert not run.ok and not Path("/tmp/gs-audit-escape").exists()
 
 
@@ -187,13 +195,17 @@ HOSTILE = {
     "read_secret": "import os\nif 'SECRET_TOKEN' not in os.environ:\n    raise SystemExit(1)\n",
     "network": "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=2)\n",
     "subprocess": "import subprocess\nsubprocess.Popen(['sleep', '4242.5'], start_new_session=True)\n"
-                  "subprocess.run(['sh', '-c', 'echo pwned > /tmp/gs-serve-escape'], check=True)\n",
+    "subprocess.run(['sh', '-c', 'echo pwned > /tmp/gs-serve-escape'], check=True)\n",
 }
 
 
 def code_row(code: str, i: int) -> dict:
-    return {"responses_create_params": {"input": [{"role": "user", "content": f"```python\n{code}{ADD}```"}]},
-            "tests": TESTS, "_ng_task_index": i, "_ng_rollout_index": 0}
+    return {
+        "responses_create_params": {"input": [{"role": "user", "content": f"```python\n{code}{ADD}```"}]},
+        "tests": TESTS,
+        "_ng_task_index": i,
+        "_ng_rollout_index": 0,
+    }
 
 
 @pytest.mark.serve
@@ -201,27 +213,45 @@ async def test_a_serve_replica_contains_hostile_code_and_keeps_serving(serve_ins
     from ray import serve
 
     from gym_serve.deployments.app import build_app
+    from gym_serve.serving.batching import BatchedResponses
     from gym_serve.serving.config import AppArgs
 
     @serve.deployment(name="Model", ray_actor_options={"num_cpus": 0})
-    class Echo:
+    class Echo(BatchedResponses):
         """A model that answers with the user's message: the rows carry the solutions."""
 
         async def responses(self, request: dict, session: str | None = None) -> dict:
             text = request["input"][0]["content"]
-            return {"id": "r", "object": "response", "status": "completed", "output": [
-                {"type": "message", "role": "assistant", "id": "m",
-                 "content": [{"type": "output_text", "text": text, "annotations": []}]}]}
+            return {
+                "id": "r",
+                "object": "response",
+                "status": "completed",
+                "output": [
+                    {
+                        "type": "message",
+                        "role": "assistant",
+                        "id": "m",
+                        "content": [{"type": "output_text", "text": text, "annotations": []}],
+                    }
+                ],
+            }
 
     name = f"code-{uuid.uuid4().hex[:8]}"
     token = f"tok-{uuid.uuid4().hex}"
     serve.run(Echo.bind(), name=name + "-model", route_prefix=None)
-    args = AppArgs.model_validate({
-        "environment": {"name": "code_generation", "config": {"cpu_s": 2, "wall_s": 4, "memory_mb": 256},
-                        "deployment": {"num_replicas": 1, "ray_actor_options": {
-                            "num_cpus": 0, "runtime_env": {"env_vars": {"SECRET_TOKEN": token}}}}},
-        "model": {"kind": "app", "app": name + "-model"},
-    })
+    args = AppArgs.model_validate(
+        {
+            "environment": {
+                "name": "code_generation",
+                "config": {"cpu_s": 2, "wall_s": 4, "memory_mb": 256},
+                "deployment": {
+                    "num_replicas": 1,
+                    "ray_actor_options": {"num_cpus": 0, "runtime_env": {"env_vars": {"SECRET_TOKEN": token}}},
+                },
+            },
+            "model": {"kind": "app", "app": name + "-model"},
+        }
+    )
     handle = serve.run(build_app(args), name=name, route_prefix=None)
     env = serve.get_deployment_handle("Environment", app_name=name)
     assert (await handle.run.remote(code_row("", 0)))["reward"] == 1.0
