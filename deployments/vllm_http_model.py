@@ -187,7 +187,11 @@ async def probe(endpoint: HTTPEndpoint, chat: ChatTokenizer, model: str | None) 
     max_model_len = served[name].get("max_model_len")
     if not isinstance(max_model_len, int):
         raise wrong(f"GET /v1/models says nothing of `{name}`'s max_model_len (not a vLLM server?)")
-    text = chat.render([{"role": "user", "content": "What is 2 + 2?"}], None, generation_prompt=True)
+    conversation = [  # everyday words: tokenizers that differ split them differently
+        {"role": "system", "content": "You are a helpful personal assistant."},
+        {"role": "user", "content": "What's the weather like in San Francisco today? Answer: yes, no, maybe."},
+    ]
+    text = chat.render(conversation, None, generation_prompt=True)
     ids = chat.encode(text)
     try:
         tokenized = await endpoint.post("/tokenize", {"model": name, "prompt": text, "add_special_tokens": False})

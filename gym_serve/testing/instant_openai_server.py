@@ -207,6 +207,7 @@ def start_instant_server(*, host: str = "127.0.0.1", timeout_s: float = 30.0) ->
     assert process.stdout is not None
     ready, _, _ = select.select([process.stdout], [], [], timeout_s)
     line = process.stdout.readline() if ready else ""  # its URL, or "" if it exited or said nothing in time
+    process.stdout.close()  # it says nothing more
     if not line.startswith("http"):
         process.kill()
         raise RuntimeError(f"the instant OpenAI server did not start (exit code {process.poll()}, said {line!r})")
