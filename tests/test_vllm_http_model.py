@@ -53,14 +53,19 @@ def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = (tmp_path_factory.mktemp("vllm") / "server.log").open("w")
-    command = [
+    command = [  # the README's command
         sys.executable,
         "-m",
         "vllm.entrypoints.launchers.api_server.entry",
         *("--model", str(tiny_model), "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port)),
-        *("--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "8", "--seed", "0"),
-        "--no-enable-chunked-prefill",
-        "--enforce-eager",
+        *(
+            "--dtype",
+            "float32",
+            "--max-model-len",
+            str(MAX_MODEL_LEN),
+            "--no-enable-chunked-prefill",
+            "--enforce-eager",
+        ),
     ]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
