@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from gym_serve.deployments.vllm_http_model import completion_body, read_completion
+from gym_serve.deployments.vllm_http_model import VLLMHTTPModelDeployment, completion_body, read_completion
 from gym_serve.errors import FailureKind, ModelError, failure_kind
+from gym_serve.serving.batching import BatchedResponses
 from gym_serve.wire.chat_template import ChatTokenizer
 from gym_serve.wire.tokens import check_contiguity, token_response
 
@@ -27,6 +28,10 @@ def answer(**choice: Any) -> dict[str, Any]:
         "finish_reason": "stop",
     }
     return {"choices": [{**base, **choice}]}
+
+
+def test_the_tier_takes_micro_batches() -> None:
+    assert issubclass(VLLMHTTPModelDeployment.func_or_class, BatchedResponses)
 
 
 def test_a_request_sends_ids_and_every_sampling_knob() -> None:
