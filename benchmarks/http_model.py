@@ -29,6 +29,8 @@ import psutil
 from gym_serve.testing.instant_openai_server import start_instant_server
 
 SYSTEMS = ("http", "replay")
+TARGET_RATE, TARGET_CPU_MS = 350, 4.5
+"""The HTTP tier's targets at 64-1,024 in flight (issue 14), drawn on the plot."""
 
 
 def model_config(system: str, base_url: str, api: str) -> dict[str, Any]:
@@ -195,12 +197,15 @@ def plot(results: list[dict[str, Any]], systems: list[str], path: Path) -> None:
         xs = [p["concurrency"] for p in results]
         rate.plot(xs, [p[system]["median"]["rollouts_per_s"] for p in results], marker="o", label=system)
         cpu.plot(xs, [p[system]["median"]["cpu_ms_per_rollout"] for p in results], marker="o", label=system)
+    rate.axhline(TARGET_RATE, color="grey", linestyle="--", linewidth=1, label=f"target {TARGET_RATE}/s (64-1,024)")
+    cpu.axhline(TARGET_CPU_MS, color="grey", linestyle="--", linewidth=1, label=f"target {TARGET_CPU_MS} CPU-ms")
     for axis, label in ((rate, "rollouts/s (median)"), (cpu, "CPU-ms per rollout")):
         axis.set_xscale("log")
         axis.set_xlabel("rollouts in flight")
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
         axis.legend()
+    cpu.set_yscale("log")
     rate.set_title("weather task, model behind HTTP vs replay")
     cpu.set_title("CPU per rollout (all Ray processes; server apart)")
     fig.tight_layout()
