@@ -103,6 +103,7 @@ def main() -> None:
     if args.serve_throughput_optimized:
         os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] = "1"  # read by every Ray process started from here
 
+    load_at_start = os.getloadavg()
     base_url, process = start_instant_server()
     server = psutil.Process(process.pid)
     results: list[dict[str, Any]] = []
@@ -148,7 +149,7 @@ def main() -> None:
             "serve_throughput_optimized": args.serve_throughput_optimized,
             "rollouts_per_run": args.rollouts,
             "repeats": args.repeats,
-            "load_average_at_start": os.getloadavg(),
+            "load_average_at_start": load_at_start,
             "results": results,
         },
     )
