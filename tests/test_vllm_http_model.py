@@ -48,7 +48,17 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def cluster() -> Iterator[None]:
+    """Ray first: its start-up times out when it has to share the CPU with a vLLM server already running."""
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    serve.start(proxy_location="Disabled")
+    yield
+    serve.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def vllm_server(cluster: None, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -100,8 +110,6 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float) 
 
 @pytest.fixture(scope="module")
 def agent(vllm_server: str, tiny_model: Path) -> Iterator[Any]:
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
-    serve.start(proxy_location="Disabled")
     args = AppArgs.model_validate(
         {
             "environment": {"name": "example_single_tool_call"},
@@ -115,8 +123,7 @@ def agent(vllm_server: str, tiny_model: Path) -> Iterator[Any]:
         }
     )
     yield serve.run(build_app(args), name=APP, route_prefix=None)
-    serve.shutdown()
-    ray.shutdown()
+    serve.delete(APP)
 
 
 def forced_tool_row(index: int) -> dict[str, Any]:
