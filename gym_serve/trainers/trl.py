@@ -90,6 +90,7 @@ class TRLRollouts:
         self.pushed_step = 0
         """The step whose weights gym-serve serves; the tier starts on the trainer's initial weights (step 0)."""
         self.batches: collections.deque[TRLBatch] = collections.deque(maxlen=keep_batches)
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # chosen knowingly: `rollout_func` is experimental
 
     def dataset(self) -> Any:
         """The `train_dataset` for `GRPOTrainer`: one `prompt` per row, tagged with the row's position."""
@@ -102,7 +103,6 @@ class TRLRollouts:
         return Dataset.from_dict({"prompt": prompts})
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
         step = int(trainer.state.global_step)
         if self.push_weights is not None and step != self.pushed_step:
             if trainer.accelerator.is_main_process:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import queue
 import threading
 import time
@@ -53,6 +54,8 @@ NamedTensorsPush = Callable[[Iterator[tuple[str, Any]], int], None]
 def rollout_samples(group: list[dict[str, Any]], *, group_id: int, model_version: int) -> list[Any]:
     """TRL `RolloutSample`s of one group of rollouts (same task): failed and `mask_sample` rollouts dropped."""
     import numpy as np
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # chosen knowingly: async GRPO is all experimental
     from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
 
     finished = [r for r in group if failure_class(r) is None]
