@@ -31,7 +31,7 @@ from gym_serve.trainers.sequence import (
 )
 from gym_serve.trainers.skyrl import GymServeGenerator, generator_output
 from gym_serve.trainers.source import run_groups
-from gym_serve.trainers.trl import TRLRollouts, gym_reward
+from gym_serve.trainers.trl import TRLRollouts, checkpoint_push, gym_reward
 from gym_serve.trainers.trl_async import GymServeWeightTransfer, rollout_samples
 from gym_serve.trainers.verl import GymServeAgentLoop, agent_loop_fields
 from tests import trainer_contracts as contract
@@ -193,7 +193,7 @@ def test_trl_trains_with_a_failed_rollout_unscored_and_masked_and_pushes_weights
     tiny_model: Path,
 ) -> None:
     import torch
-    from transformers import AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     captured: list[dict[str, Any]] = []
@@ -204,10 +204,10 @@ def test_trl_trains_with_a_failed_rollout_unscored_and_masked_and_pushes_weights
             captured.append({k: v.detach().clone() for k, v in batch.items() if isinstance(v, torch.Tensor)})
             return batch
 
-    pushes: list[int] = []
+    pushes: list[tuple[Path, int]] = []
     rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(2)]
-    failing = frozenset({(0, 1)})
-    hook = TRLRollouts(lambda: CannedSource(failing), rows, push_weights=lambda m, v: pushes.append(v))
+    push = checkpoint_push(tiny_model.parent / "pushed", lambda path, v: pushes.append((path, v)))
+    hook = TRLRollouts(lambda: CannedSource(frozenset({(0, 1)})), rows, push_weights=push)
     args = GRPOConfig(
         output_dir=str(tiny_model.parent / "out"),
         use_cpu=True,
@@ -230,8 +230,13 @@ def test_trl_trains_with_a_failed_rollout_unscored_and_masked_and_pushes_weights
         processing_class=AutoTokenizer.from_pretrained(tiny_model),
         rollout_func=hook,
     )
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
     trainer.train()
-    assert pushes == [1], "weights pushed once the first step moved them, before the second batch"
+    ((path, version),) = pushes
+    assert version == 1, "weights pushed once the first step moved them, before the second batch"
+    pushed = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    moved = [n for n, p in pushed.named_parameters() if not torch.equal(p.detach(), before[n])]
+    assert moved, "the checkpoint holds the weights after step 1, not the initial ones"
     for batch, tensors in zip(hook.batches, captured, strict=True):
         assert [s.reward for s in batch.sequences] == [0.0, None, 2.0, 3.0]
         assert tensors["advantages"][1] == 0.0, "TRL gives the unscored (failed) rollout advantage 0"

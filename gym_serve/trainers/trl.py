@@ -39,18 +39,34 @@ import collections
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gym_serve.trainers.sequence import TrainingSequence, group_sequences
 from gym_serve.trainers.source import SourceFactory, run_groups_sync
 
-__all__ = ["ROW_KEY", "TRLBatch", "TRLRollouts", "WeightPush", "gym_reward"]
+__all__ = ["ROW_KEY", "TRLBatch", "TRLRollouts", "WeightPush", "checkpoint_push", "gym_reward"]
 
 ROW_KEY = "gym_serve_row"
 """The extra key of a prompt's first message that names its gym-serve row."""
 
 WeightPush = Callable[[Any, int], None]
 """`push(model, version)`: put the trainer's current weights into gym-serve's model tier as `version`."""
+
+
+def checkpoint_push(root: str | Path, publish: Callable[[Path, int], None]) -> WeightPush:
+    """A `WeightPush` through a checkpoint folder: `root/policy-v<version>` (safetensors), then `publish(path, v)`.
+
+    The folder is the source any model tier can load from a shared disk;
+    `publish` tells gym-serve's tier to load it as that version.
+    """
+
+    def push(model: Any, version: int) -> None:
+        path = Path(root) / f"policy-v{version}"
+        model.save_pretrained(path, safe_serialization=True)
+        publish(path, version)
+
+    return push
 
 
 @dataclass
