@@ -124,8 +124,9 @@ def build_sequence(rollout: dict[str, Any]) -> TrainingSequence:
     """The training sequence of a finished rollout row, after checking its token contract.
 
     A `mask_sample` rollout (its verifier said not to train on it) keeps its
-    tokens with an all-zero mask and no reward. A failure row has no episode to
-    build: pass it to `placeholder_sequence` (or drop it) as the trainer wants.
+    tokens with an all-zero mask and no reward. A failure row has no episode:
+    it raises `RolloutFailed` here; `group_sequences` masks it instead, for the
+    trainers that want one row per rollout.
 
     >>> call = lambda p, g: {"prompt_token_ids": p, "generation_token_ids": g, "generation_log_probs": [-0.5] * len(g)}
     >>> row = {"reward": 1.0, "response": {"output": [call([1, 2], [3]), {"type": "function_call_output"},
