@@ -346,3 +346,14 @@ async def test_nemo_rl_collects_through_the_stand_in_and_a_failure_raises_where_
     with pytest.raises(RolloutFailed, match=r"\(task 2, rollout 0\) failed \(model_error\)"):
         failing = frozenset({(2, 0)})
         await contract.run_like_nemo_rl(GymServeRolloutCollection(lambda: CannedSource(failing)), examples)
+
+
+async def test_the_in_cluster_source_names_a_row_it_cannot_route() -> None:
+    from gym_serve.collect.stream import ServeRollouts
+    from gym_serve.errors import InputError
+
+    rows = [{"responses_create_params": {"input": []}, "agent_ref": {"name": "weather"}}, {"input": []}]
+    with pytest.raises(InputError, match="line 2: a row must be an object with `responses_create_params`"):
+        [r async for r in ServeRollouts().rollouts(rows)]
+    with pytest.raises(InputError, match="line 1, field `agent_ref`: no `agent_ref.name` and no default agent"):
+        [r async for r in ServeRollouts().rollouts([{"responses_create_params": {"input": []}}])]
