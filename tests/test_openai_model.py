@@ -175,7 +175,7 @@ def server() -> Iterator[tuple[FakeOpenAI, str]]:
     yield fake, f"http://127.0.0.1:{port}/v1"
     loop.call_soon_threadsafe(loop.stop)
     thread.join(timeout=5)
-    loop.run_until_complete(runner.cleanup())
+    loop.run_until_complete(runner.cleanup())  # left open, the loop and its sockets surface in a later test's GC
     loop.close()
 
 
