@@ -86,15 +86,13 @@ def replicas(app: str) -> dict[str, int]:
 
 
 def session_processes() -> list[psutil.Process]:
-    """This process and every process of the local Ray instance (GCS, raylet, workers, replicas, their children)."""
-    session = Path(ray._private.worker._global_node.get_session_dir_path()).name
-    found = {psutil.Process().pid: psutil.Process()}
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(proc.info["cmdline"] or [])
-        if session in cmdline or cmdline.startswith("ray::"):  # Ray names its workers `ray::<actor>`
-            found[proc.pid] = proc
-            found.update({child.pid: child for child in proc.children(recursive=True)})
-    return list(found.values())
+    """This process and every process of the local Ray instance (GCS, raylet, workers, replicas, their children).
+
+    The local instance is this process's descendants (it started them), which also keeps out the `ray::`
+    workers of other Ray instances on a shared machine.
+    """
+    me = psutil.Process()
+    return [me, *me.children(recursive=True)]
 
 
 def cpu_times() -> dict[int, float]:

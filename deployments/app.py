@@ -21,6 +21,7 @@ from gym_serve.serving.config import (
     ModelRefArgs,
     OpenAIModelArgs,
     ReplayModelArgs,
+    VLLMHTTPModelArgs,
     VLLMModelArgs,
     validate_app_args,
 )
@@ -59,6 +60,11 @@ def _model_tier(args: AppArgs) -> Application | None:
 
         options = args.model.deployment.serve_options(openai_model.DEFAULTS, BATCHED_TIER_AUTOSCALING)
         return _bind(openai_model.OpenAIModelDeployment, options, args.model)
+    if isinstance(args.model, VLLMHTTPModelArgs):
+        from gym_serve.deployments import vllm_http_model
+
+        options = args.model.deployment.serve_options(vllm_http_model.DEFAULTS, BATCHED_TIER_AUTOSCALING)
+        return _bind(vllm_http_model.VLLMHTTPModelDeployment, options, args.model)
     if isinstance(args.model, VLLMModelArgs):
         from gym_serve.deployments import vllm_model  # imports vLLM only where it is used
 

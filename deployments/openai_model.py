@@ -1,18 +1,18 @@
-"""The OpenAI-compatible Model tier: any endpoint that speaks the OpenAI API, through the official async client.
+"""The OpenAI-compatible Model tier: any endpoint that speaks the OpenAI API, over a lean HTTP client.
 
 The OpenAI API itself, a `vllm serve` server, other providers. `api: responses`
 sends Responses requests as they are; `api: chat` converts them to Chat
-Completions and back (`gym_serve.wire.chat`). The client retries 429, 5xx,
-connection errors and timeouts with exponential backoff; a semaphore bounds the
-requests one replica has in flight. The key comes from config or an
+Completions and back (`gym_serve.wire.chat`). Calls go through one pooled
+aiohttp session per replica (`gym_serve.serving.http_endpoint`: retries on 429,
+5xx, connection errors and timeouts with backoff; at most `max_concurrency` in
+flight), not the official `openai` client, which cost about 6 ms of CPU per call
+here against ~0.5 ms (see that module). The key comes from config or an
 environment variable and is held as a secret: it appears in no log, error,
 rollout or anything served over HTTP.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
 from typing import Any
 
 from ray import serve
@@ -25,7 +25,7 @@ from gym_serve.wire.chat import chat_response_to_responses, responses_request_to
 
 __all__ = ["OpenAIModelDeployment"]
 
-DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": 0}}
+DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 4096, "ray_actor_options": {"num_cpus": 0}}
 
 _RESPONSES_FIELDS = (
     "input",
@@ -45,14 +45,8 @@ _RESPONSES_FIELDS = (
 @serve.deployment(name="Model")
 class OpenAIModelDeployment(BatchedResponses):
     def __init__(self, args: OpenAIModelArgs) -> None:
-        from openai import AsyncOpenAI
-
-        key = args.api_key.get_secret_value() if args.api_key else os.environ.get(args.api_key_env, "")
         self.args = args
-        self.client = AsyncOpenAI(
-            base_url=args.base_url, api_key=key or "none", max_retries=args.max_retries, timeout=args.timeout_s
-        )
-        self.slots = asyncio.Semaphore(args.max_concurrency)
+        self.endpoint = args.endpoint()
         self.load = Load()
         self.responses = self.load.track(self._respond)
 
@@ -60,14 +54,16 @@ class OpenAIModelDeployment(BatchedResponses):
         return self.load.stats()
 
     async def _respond(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
-        async with self.slots:
-            try:
-                if self.args.api == "chat":
-                    chat = responses_request_to_chat(request)
-                    completion = await self.client.chat.completions.create(**{**chat, "model": self.args.model})
-                    return chat_response_to_responses(completion.model_dump(exclude_none=True))
-                params = {k: request[k] for k in _RESPONSES_FIELDS if request.get(k) is not None}
-                response = await self.client.responses.create(**params, model=self.args.model)
-                return response.model_dump(exclude_none=True)
-            except Exception as e:  # the client's messages carry no key; keep only its class and text
-                raise ModelError(f"{self.args.base_url} ({self.args.api}): {type(e).__name__}: {e}") from None
+        if self.args.api == "chat":
+            chat = responses_request_to_chat(request)
+            chat["model"] = self.args.model
+            completion = await self.endpoint.post("/chat/completions", chat)
+            if not completion.get("choices"):
+                raise ModelError(f"{self.endpoint.base_url}/chat/completions: an answer without `choices`")
+            return chat_response_to_responses(completion)
+        params = {k: request[k] for k in _RESPONSES_FIELDS if request.get(k) is not None}
+        params["model"] = self.args.model
+        response = await self.endpoint.post("/responses", params)
+        if not isinstance(response.get("output"), list):
+            raise ModelError(f"{self.endpoint.base_url}/responses: an answer without an `output` list")
+        return response

@@ -12,10 +12,7 @@ policy saw and sampled (`gym_serve.wire.tokens.check_contiguity`).
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import time
 import uuid
 from typing import Any
 
@@ -24,9 +21,10 @@ from ray import serve
 from gym_serve.serving.autoscaling import Load
 from gym_serve.serving.batching import BatchedResponses
 from gym_serve.serving.config import VLLMModelArgs
-from gym_serve.wire.chat import chat_request_to_responses, responses_request_to_chat, responses_response_to_chat
-from gym_serve.wire.hermes import parse_output
-from gym_serve.wire.tokens import TOKEN_FIELDS
+from gym_serve.wire.chat import chat_request_to_responses, responses_response_to_chat
+from gym_serve.wire.chat_template import ChatTokenizer
+from gym_serve.wire.hermes import forced_tool_call_regex, parse_output
+from gym_serve.wire.tokens import TOKEN_FIELDS, token_response
 
 __all__ = ["VLLMModelDeployment"]
 
@@ -48,7 +46,7 @@ class VLLMModelDeployment(BatchedResponses):
 
             make_tiny_model(args.engine.model)
         self.args = args
-        self.tokenizer = AutoTokenizer.from_pretrained(args.engine.model)
+        self.chat = ChatTokenizer(AutoTokenizer.from_pretrained(args.engine.model))
         engine = args.engine
         self.engine = AsyncLLM.from_engine_args(
             AsyncEngineArgs(
@@ -75,10 +73,10 @@ class VLLMModelDeployment(BatchedResponses):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        prompt_ids = self._prompt_ids(request)
+        prompt_ids = self.chat.prompt_ids(request)
         room = self.max_model_len - len(prompt_ids)
         if room <= 0:  # the conversation outgrew the context: an incomplete answer, not an error
-            return self._response(request, [], prompt_ids, [], [], finish_reason="length")
+            return token_response(self.args.engine.model, [], prompt_ids, [], [], "length")
         wanted = request.get("max_output_tokens") or self.args.default_max_output_tokens
         params = SamplingParams(
             max_tokens=min(int(wanted), room),
@@ -99,7 +97,9 @@ class VLLMModelDeployment(BatchedResponses):
         out = final.outputs[0]
         generated = list(out.token_ids)
         logprobs = [float(step[token].logprob) for step, token in zip(out.logprobs or [], generated, strict=True)]
-        return self._response(request, parse_output(out.text), prompt_ids, generated, logprobs, out.finish_reason)
+        return token_response(
+            self.args.engine.model, parse_output(out.text), prompt_ids, generated, logprobs, out.finish_reason
+        )
 
     async def chat_completions(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         """The same, for a Chat Completions request; token ids stay on the message as extra fields."""
@@ -107,71 +107,6 @@ class VLLMModelDeployment(BatchedResponses):
         completion = responses_response_to_chat(response)
         completion["choices"][0]["message"].update({k: response["output"][-1][k] for k in TOKEN_FIELDS})
         return completion
-
-    def _prompt_ids(self, request: dict[str, Any]) -> list[int]:
-        """The prompt's token ids: the last call's ids extended by the new turns, or the whole conversation
-        rendered."""
-        given = request["input"]
-        items = [{"type": "message", "role": "user", "content": given}] if isinstance(given, str) else list(given)
-        chat = responses_request_to_chat({**request, "input": items})
-        full = self._render(chat["messages"], chat.get("tools"), generation_prompt=True)
-        last = max((i for i, item in enumerate(items) if "generation_token_ids" in item), default=None)
-        if last is not None:
-            earlier = responses_request_to_chat({**request, "input": items[: last + 1]})["messages"]
-            prefix = self._render(earlier, chat.get("tools"), generation_prompt=False)
-            if full.startswith(prefix):
-                bundle = items[last]
-                return [
-                    *bundle["prompt_token_ids"],
-                    *bundle["generation_token_ids"],
-                    *self.tokenizer.encode(full[len(prefix) :], add_special_tokens=False),
-                ]
-        return self.tokenizer.encode(full, add_special_tokens=False)
-
-    def _render(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, generation_prompt: bool
-    ) -> str:
-        return self.tokenizer.apply_chat_template(
-            messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt
-        )
-
-    def _response(
-        self,
-        request: dict[str, Any],
-        output: list[dict[str, Any]],
-        prompt_ids: list[int],
-        generated: list[int],
-        logprobs: list[float],
-        finish_reason: str | None,
-    ) -> dict[str, Any]:
-        if not output:  # the token bundle needs an item to live on
-            output = [
-                {
-                    "type": "message",
-                    "id": f"msg_{uuid.uuid4().hex[:16]}",
-                    "role": "assistant",
-                    "status": "incomplete",
-                    "content": [{"type": "output_text", "text": "", "annotations": []}],
-                }
-            ]
-        output[-1].update(prompt_token_ids=prompt_ids, generation_token_ids=generated, generation_log_probs=logprobs)
-        response: dict[str, Any] = {
-            "id": f"resp_{uuid.uuid4().hex}",
-            "object": "response",
-            "created_at": time.time(),
-            "model": self.args.engine.model,
-            "status": "completed",
-            "output": output,
-            "usage": {
-                "input_tokens": len(prompt_ids),
-                "output_tokens": len(generated),
-                "total_tokens": len(prompt_ids) + len(generated),
-            },
-        }
-        if finish_reason == "length":
-            response["status"] = "incomplete"
-            response["incomplete_details"] = {"reason": "max_output_tokens"}
-        return response
 
     def __del__(self) -> None:
         engine = getattr(self, "engine", None)
@@ -181,36 +116,9 @@ class VLLMModelDeployment(BatchedResponses):
 
 def _forced_tool_call(request: dict[str, Any]) -> Any:
     """`tool_choice: required` (or a named function) constrains the output to one Hermes tool call."""
-    choice = request.get("tool_choice")
-    tools = [t for t in request.get("tools") or [] if t.get("type", "function") == "function"]
-    if isinstance(choice, dict) and choice.get("name"):
-        tools = [t for t in tools if t.get("name") == choice["name"]]
-    elif choice != "required":
-        return None
-    if not tools:
+    regex = forced_tool_call_regex(request)
+    if regex is None:
         return None
     from vllm.sampling_params import StructuredOutputsParams
 
-    calls = "|".join(_call_pattern(tool) for tool in tools)
-    return StructuredOutputsParams(regex=rf"<tool_call>\n(?:{calls})\n</tool_call>")
-
-
-_VALUE = {
-    "string": r'"[A-Za-z][A-Za-z ]{0,11}"',
-    "integer": r"-?[1-9][0-9]{0,2}",
-    "number": r"-?[0-9]{1,3}\.[0-9]",
-    "boolean": "(?:true|false)",
-}
-
-
-def _call_pattern(tool: dict[str, Any]) -> str:
-    """The text of one call of `tool` with every required argument, values shaped by their JSON type."""
-    schema = tool.get("parameters") or {}
-    properties = schema.get("properties") or {}
-    args = [
-        rf'"{re.escape(name)}": {_VALUE.get(properties[name].get("type"), _VALUE["string"])}'
-        for name in schema.get("required", [])
-        if name in properties
-    ]
-    name = json.dumps(tool["name"])
-    return rf'\{{"name": {re.escape(name)}, "arguments": \{{{", ".join(args)}\}}\}}'
+    return StructuredOutputsParams(regex=regex)

@@ -114,7 +114,9 @@ def _parser() -> argparse.ArgumentParser:
     env_test.set_defaults(func=cmd_env_test)
 
     bench = sub.add_parser("bench", help="run a benchmark of benchmarks/ (in a source checkout)")
-    bench.add_argument("name", help="throughput, autoscaling, scale_out, memory, verifiers, http_ingress, model_tier")
+    bench.add_argument(
+        "name", help="throughput, autoscaling, scale_out, memory, verifiers, http_ingress, model_tier, http_model"
+    )
     bench.add_argument("args", nargs=argparse.REMAINDER, help="the benchmark's own options (see NAME --help)")
     bench.set_defaults(func=cmd_bench)
 

@@ -9,6 +9,8 @@ GymServeError
 ├── VerifyError          an environment's verify raised or returned nothing usable    verifier_error
 │   └── JudgeError       a judge model gave no usable verdict                          judge_failed
 ├── ModelError           the model tier failed to answer                               model_error
+│   ├── ModelUnreachableError   its endpoint refused or dropped the connection         transport_unreachable
+│   └── ModelTimeoutError       its endpoint did not answer in time                    transport_timeout
 └── RolloutError         a rollout could not finish, with the kind it names            (its own)
 ```
 
@@ -32,6 +34,8 @@ __all__ = [
     "InputError",
     "JudgeError",
     "ModelError",
+    "ModelTimeoutError",
+    "ModelUnreachableError",
     "RolloutError",
     "ToolError",
     "VerifyError",
@@ -159,6 +163,18 @@ class ModelError(GymServeError):
     """Raised when the model tier fails to produce a response."""
 
     kind = FailureKind.MODEL_ERROR
+
+
+class ModelUnreachableError(ModelError):
+    """Raised when a model endpoint refuses or drops the connection, after the tier's retries."""
+
+    kind = FailureKind.TRANSPORT_UNREACHABLE
+
+
+class ModelTimeoutError(ModelError):
+    """Raised when a model endpoint does not answer within the tier's timeout, after its retries."""
+
+    kind = FailureKind.TRANSPORT_TIMEOUT
 
 
 class RolloutError(GymServeError):

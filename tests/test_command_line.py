@@ -157,8 +157,10 @@ def test_config_errors_name_the_key_and_exit_2(tmp_path: Path) -> None:
 def test_bench_runs_a_benchmark_script_and_names_the_known_ones() -> None:
     unknown = subprocess.run([*GYM_SERVE, "bench", "nope"], capture_output=True, text=True, timeout=60)
     assert unknown.returncode == 2
-    for name in ("throughput", "autoscaling", "scale_out", "memory"):
+    for name in ("throughput", "autoscaling", "scale_out", "memory", "http_model"):
         assert name in unknown.stderr
     assert "harness" not in unknown.stderr.split("available:")[1]
     usage = subprocess.run([*GYM_SERVE, "bench", "memory", "--help"], capture_output=True, text=True, timeout=60)
     assert usage.returncode == 0 and "--rows" in usage.stdout
+    usage = subprocess.run([*GYM_SERVE, "bench", "http_model", "--help"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 0 and "--concurrency" in usage.stdout

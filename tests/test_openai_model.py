@@ -1,7 +1,10 @@
-"""The OpenAI-compatible Model tier against a real OpenAI-style HTTP server on loopback.
+"""The OpenAI-compatible Model tier against real OpenAI-style HTTP servers on loopback.
 
 The server (aiohttp, in a thread) speaks `/v1/chat/completions` and `/v1/responses`, checks the bearer key,
-and fails its first request with a 503, so the client's retries are exercised for real.
+and fails its first request with a 503, so the client's retries are exercised for real; under `/broken/v1` it
+answers with a body that is not JSON, under `/barrier/v1` it answers no call until 8 are in flight at once.
+The instant weather server (`gym_serve.testing.instant_openai_server`, its own process) plays a perfect policy.
+(The client's behaviour on every kind of failure, call by call: tests/test_http_endpoint.py.)
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import socket
 import threading
 from collections.abc import Iterator
@@ -19,9 +23,14 @@ import ray
 from aiohttp import web
 from ray import serve
 
+from gym_serve.collect.attempts import RetryPolicy, run_attempts
 from gym_serve.deployments.app import build_app
+from gym_serve.deployments.openai_model import OpenAIModelDeployment
+from gym_serve.errors import FailureKind, failure_kind
+from gym_serve.serving.batching import BatchedResponses
 from gym_serve.serving.config import AppArgs
 from gym_serve.testing.fixtures import example_rows, unique
+from gym_serve.testing.instant_openai_server import start_instant_server
 
 pytestmark = pytest.mark.serve
 
@@ -35,15 +44,42 @@ def weather_answer(tool_output: str) -> str:
 class FakeOpenAI:
     """A minimal, real HTTP server with OpenAI's request and response shapes."""
 
+    BARRIER = 8
+
     def __init__(self) -> None:
         self.requests = 0
         self.rejected_once = False
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.all_in: asyncio.Event | None = None
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/responses", self.responses)
+        app.router.add_post("/broken/v1/responses", self.broken)
+        app.router.add_post("/barrier/v1/responses", self.barrier)
         return app
+
+    async def broken(self, request: web.Request) -> web.Response:
+        return web.Response(text='{"id": "resp_1", "output": [{"type": "mess', content_type="application/json")
+
+    async def barrier(self, request: web.Request) -> web.Response:
+        """Answers nothing until BARRIER calls are in flight together: only concurrent calls get through."""
+        if self.all_in is None:
+            self.all_in = asyncio.Event()
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        if self.in_flight >= self.BARRIER:
+            self.all_in.set()
+        try:
+            await asyncio.wait_for(self.all_in.wait(), 20)
+        except TimeoutError:
+            return web.json_response({"error": {"message": "the calls did not arrive together"}}, status=400)
+        finally:
+            self.in_flight -= 1
+        self.rejected_once = True  # no 503 here
+        return await self.responses(request, check=False)
 
     def _guard(self, request: web.Request) -> web.Response | None:
         self.requests += 1
@@ -80,8 +116,8 @@ class FakeOpenAI:
             }
         )
 
-    async def responses(self, request: web.Request) -> web.Response:
-        if (refused := self._guard(request)) is not None:
+    async def responses(self, request: web.Request, check: bool = True) -> web.Response:
+        if check and (refused := self._guard(request)) is not None:
             return refused
         body = await request.json()
         outputs = [i for i in body["input"] if isinstance(i, dict) and i.get("type") == "function_call_output"]
@@ -131,7 +167,7 @@ def server() -> Iterator[tuple[FakeOpenAI, str]]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     loop = asyncio.new_event_loop()
-    runner = web.AppRunner(fake.app())
+    runner = web.AppRunner(fake.app(), shutdown_timeout=0.5)
     loop.run_until_complete(runner.setup())
     loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -141,6 +177,14 @@ def server() -> Iterator[tuple[FakeOpenAI, str]]:
     thread.join(timeout=5)
     loop.run_until_complete(runner.cleanup())  # left open, the loop and its sockets surface in a later test's GC
     loop.close()
+
+
+@pytest.fixture(scope="module")
+def instant() -> Iterator[str]:
+    base_url, process = start_instant_server()
+    yield base_url
+    process.terminate()
+    process.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +198,7 @@ def cluster() -> Iterator[None]:
     ray.shutdown()
 
 
-def deploy(base_url: str, api: str, key_env: str = "GYM_SERVE_TEST_KEY") -> tuple[str, Any]:
+def deploy(base_url: str, api: str, key_env: str = "GYM_SERVE_TEST_KEY", max_retries: int = 3) -> tuple[str, Any]:
     name = unique(f"openai-{api}")
     args = AppArgs.model_validate(
         {
@@ -165,8 +209,8 @@ def deploy(base_url: str, api: str, key_env: str = "GYM_SERVE_TEST_KEY") -> tupl
                 "model": "gpt-test",
                 "api": api,
                 "api_key_env": key_env,
-                "max_retries": 3,
-                "timeout_s": 10,
+                "max_retries": max_retries,
+                "timeout_s": 30,
             },
         }
     )
@@ -199,7 +243,7 @@ async def test_a_rejected_key_fails_as_model_error_without_leaking_it(
     with pytest.raises(Exception) as info:
         await handle.run.remote(row)
     text = str(info.value)
-    assert "model_error" in repr(getattr(info.value, "kind", "")) or "AuthenticationError" in text
+    assert failure_kind(info.value) is FailureKind.MODEL_ERROR and "HTTP 401" in text
     assert "sk-wrong-0000" not in text and KEY not in text
     status = json.dumps(serve.status().to_dict() if hasattr(serve.status(), "to_dict") else str(serve.status()))
     assert "sk-wrong" not in status and KEY not in status
@@ -209,3 +253,58 @@ async def test_a_rejected_key_fails_as_model_error_without_leaking_it(
 def test_the_key_is_a_secret_in_config() -> None:
     args = AppArgs.model_validate({"model": {"kind": "openai", "model": "m", "api_key": KEY}})
     assert KEY not in repr(args) and KEY not in args.model_dump_json()
+
+
+def row_of(index: int) -> dict[str, Any]:
+    rows = example_rows("example_single_tool_call")
+    return {**rows[index % len(rows)], "_ng_task_index": index, "_ng_rollout_index": 0}
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_the_instant_weather_server_plays_a_perfect_policy(cluster: None, instant: str, api: str) -> None:
+    name, handle = deploy(instant, api)
+    rows = [row_of(i) for i in range(len(example_rows("example_single_tool_call")))]
+    rollouts = await asyncio.gather(*(handle.run.remote(row) for row in rows))
+    assert [r["reward"] for r in rollouts] == [1.0] * len(rows)
+    calls = [sum(item["type"] == "function_call" for item in r["response"]["output"]) for r in rollouts]
+    assert calls[:5] == [1] * 5 and calls[5] == 0, "a city named: one get_weather call; none named: it asks"
+    serve.delete(name)
+
+
+async def test_calls_run_concurrently_inside_one_model_replica(cluster: None, server: tuple[FakeOpenAI, str]) -> None:
+    """Every Model kind takes micro-batches (`responses_batch`) and runs their calls at once.
+
+    The barrier route answers no call until 8 are in flight: with calls run one by one it would never answer.
+    """
+    fake, base_url = server
+    assert issubclass(OpenAIModelDeployment.func_or_class, BatchedResponses)
+    name, handle = deploy(base_url.replace("/v1", "/barrier/v1"), "responses")
+    rollouts = await asyncio.gather(*(handle.run.remote(row_of(i)) for i in range(FakeOpenAI.BARRIER)))
+    assert fake.most_in_flight == FakeOpenAI.BARRIER
+    assert all(r["reward"] == 1.0 for r in rollouts)
+    serve.delete(name)
+
+
+@pytest.mark.parametrize(
+    ("where", "kind"),
+    [("broken", FailureKind.MODEL_ERROR), ("refused", FailureKind.TRANSPORT_UNREACHABLE)],
+)
+async def test_a_failing_endpoint_gives_failure_rows_of_its_kind(
+    cluster: None, server: tuple[FakeOpenAI, str], where: str, kind: FailureKind
+) -> None:
+    """Through the tier and the one retry path (`run_attempts`), as the driver and the ingress run rollouts."""
+    _, base_url = server
+    if where == "refused":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base_url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    else:
+        base_url = base_url.replace("/v1", "/broken/v1")
+    name, handle = deploy(base_url, "responses", max_retries=1)
+    row = row_of(0)
+    outcome = await run_attempts(
+        lambda: handle.run.remote(row), row, RetryPolicy(max_attempts=2, backoff_base_s=0.01), random.Random(0)
+    )
+    assert outcome.kind is kind and outcome.attempts == 2
+    assert outcome.row["_ng_failure_class"] == kind.value and outcome.row["mask_sample"] is True
+    serve.delete(name)

@@ -24,17 +24,21 @@ or in Serve's `deployments:` list (which wins, as under `serve run`).
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, field_validator
 
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.errors import ConfigError, EnvError
 from gym_serve.rollout.loop import AgentConfig
 from gym_serve.testing.synthetic import Latency
+
+if TYPE_CHECKING:
+    from gym_serve.serving.http_endpoint import HTTPEndpoint
 
 __all__ = [
     "AgentArgs",
@@ -44,11 +48,13 @@ __all__ = [
     "EnvironmentArgs",
     "ModelArgs",
     "ModelRefArgs",
+    "HTTPModelArgs",
     "OpenAIModelArgs",
     "ReplayModelArgs",
     "SyntheticModelArgs",
     "TIERS",
     "VLLMEngineOptions",
+    "VLLMHTTPModelArgs",
     "VLLMModelArgs",
     "load_serve_config",
 ]
@@ -172,21 +178,61 @@ class VLLMModelArgs(BaseModel):
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
 
 
-class OpenAIModelArgs(BaseModel):
-    """Any OpenAI-compatible endpoint (the OpenAI API, `vllm serve`, other providers)."""
+class HTTPModelArgs(BaseModel):
+    """What every model tier behind HTTP needs: where, the key, and how each replica calls it."""
 
     model_config = ConfigDict(extra="forbid")
+
+    base_url: str
+    api_key: SecretStr | None = Field(default=None, description="Prefer `api_key_env`: keys do not belong in files.")
+    api_key_env: str = "OPENAI_API_KEY"
+    max_retries: int = Field(default=5, ge=0, description="Retries on 429, 5xx, connection errors and timeouts.")
+    timeout_s: float = Field(default=120.0, gt=0, description="Deadline of one HTTP request.")
+    max_concurrency: int = Field(default=64, ge=1, description="Requests one replica keeps in flight.")
+    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+
+    def endpoint(self) -> HTTPEndpoint:
+        """The replica's client for `base_url` (the key from config, else from `api_key_env`)."""
+        from gym_serve.serving.http_endpoint import HTTPEndpoint
+
+        key = self.api_key.get_secret_value() if self.api_key else os.environ.get(self.api_key_env, "")
+        return HTTPEndpoint(
+            self.base_url,
+            api_key=key,
+            timeout_s=self.timeout_s,
+            max_retries=self.max_retries,
+            max_concurrency=self.max_concurrency,
+        )
+
+
+class OpenAIModelArgs(HTTPModelArgs):
+    """Any OpenAI-compatible endpoint (the OpenAI API, `vllm serve`, other providers)."""
 
     kind: Literal["openai"] = "openai"
     base_url: str = "https://api.openai.com/v1"
     model: str
     api: Literal["responses", "chat"] = Field(default="responses", description="Which API the endpoint speaks.")
-    api_key: SecretStr | None = Field(default=None, description="Prefer `api_key_env`: keys do not belong in files.")
-    api_key_env: str = "OPENAI_API_KEY"
-    max_retries: int = Field(default=5, ge=0, description="Retries on 429, 5xx, connection errors and timeouts.")
-    timeout_s: float = 120.0
-    max_concurrency: int = Field(default=64, ge=1, description="Requests one replica keeps in flight.")
-    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+
+
+class VLLMHTTPModelArgs(HTTPModelArgs):
+    """A vLLM server you run (e.g. a trainer's own engine), token ids in and token ids and log-probs out.
+
+    The tier renders each prompt with `tokenizer`'s chat template, extends the
+    previous call's ids, and sends ids to the server's `/v1/completions`.
+    """
+
+    kind: Literal["vllm_http"] = "vllm_http"
+    base_url: str = Field(description="The server's root URL, e.g. `http://127.0.0.1:8000` (a trailing /v1 is fine).")
+    tokenizer: str = Field(description="The served model's tokenizer: a local folder or a hub name.")
+    model: str | None = Field(default=None, description="The served model's name; default: the server's first.")
+    api_key_env: str = "VLLM_API_KEY"
+    default_max_output_tokens: int = Field(default=512, ge=1)
+
+    @field_validator("base_url")
+    @classmethod
+    def _server_root(cls, url: str) -> str:
+        """The tier calls `/tokenize` and `/version` beside `/v1/...`: keep the root."""
+        return url.rstrip("/").removesuffix("/v1")
 
 
 class ModelRefArgs(BaseModel):
@@ -199,7 +245,8 @@ class ModelRefArgs(BaseModel):
 
 
 ModelArgs = Annotated[
-    ReplayModelArgs | SyntheticModelArgs | VLLMModelArgs | OpenAIModelArgs | ModelRefArgs, Field(discriminator="kind")
+    ReplayModelArgs | SyntheticModelArgs | VLLMModelArgs | OpenAIModelArgs | VLLMHTTPModelArgs | ModelRefArgs,
+    Field(discriminator="kind"),
 ]
 
 

@@ -45,7 +45,23 @@ def deploy(
     for spec in sorted(specs, key=lambda s: s.args.get("environment") is not None):  # shared models first
         app = _build(spec, source)
         targets.append(serve.RunTarget(target=app, name=spec.name, route_prefix=spec.route_prefix if http else None))
-    serve.run_many(targets)
+    try:
+        serve.run_many(targets)
+    except RuntimeError as e:  # Serve names the deployments that failed to start; say why, where the user looks
+        raise ConfigError(f"{e} {_why_failed([spec.name for spec in specs])}", source=source) from e
+
+
+def _why_failed(app_names: list[str]) -> str:
+    """The last line of each failed deployment's error (its replica's exception), from Serve's status."""
+    reasons = []
+    for app_name, app in serve.status().applications.items():
+        if app_name not in app_names:
+            continue
+        for dep_name, dep in app.deployments.items():
+            lines = [line for line in (dep.message or "").splitlines() if line.strip()]
+            if dep.status.value in ("DEPLOY_FAILED", "UNHEALTHY") and lines:
+                reasons.append(f"`{app_name}` {dep_name}: {lines[-1].strip()}")
+    return "; ".join(reasons)
 
 
 def _build(spec: AppSpec, source: str) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 
 from gym_serve.wire.chat import split_think
 
-__all__ = ["parse_output", "render_tool_call"]
+__all__ = ["forced_tool_call_regex", "parse_output", "render_tool_call"]
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 
@@ -77,6 +77,54 @@ def render_tool_call(name: str, arguments: str) -> str:
     except json.JSONDecodeError:
         parsed = arguments
     return f"<tool_call>\n{json.dumps({'name': name, 'arguments': parsed})}\n</tool_call>"
+
+
+def forced_tool_call_regex(request: dict[str, Any]) -> str | None:
+    """`tool_choice: required` (or a named function): a regex the output must match, one Hermes tool call.
+
+    For a model server's structured outputs (a grammar-constrained sampler);
+    None when the request leaves the model free. Argument values are shaped by
+    their JSON type, so the constrained text always parses.
+
+    >>> import re
+    >>> tool = {"name": "f", "parameters": {"properties": {"n": {"type": "integer"}}, "required": ["n"]}}
+    >>> regex = forced_tool_call_regex({"tools": [tool], "tool_choice": "required"})
+    >>> bool(re.fullmatch(regex, '<tool_call>\\n{"name": "f", "arguments": {"n": 42}}\\n</tool_call>'))
+    True
+    >>> forced_tool_call_regex({"tools": [tool]}) is None  # tool_choice auto: free
+    True
+    """
+    choice = request.get("tool_choice")
+    tools = [t for t in request.get("tools") or [] if t.get("type", "function") == "function"]
+    if isinstance(choice, dict) and choice.get("name"):
+        tools = [t for t in tools if t.get("name") == choice["name"]]
+    elif choice != "required":
+        return None
+    if not tools:
+        return None
+    calls = "|".join(_call_pattern(tool) for tool in tools)
+    return rf"<tool_call>\n(?:{calls})\n</tool_call>"
+
+
+_VALUE = {
+    "string": r'"[A-Za-z][A-Za-z ]{0,11}"',
+    "integer": r"-?[1-9][0-9]{0,2}",
+    "number": r"-?[0-9]{1,3}\.[0-9]",
+    "boolean": "(?:true|false)",
+}
+
+
+def _call_pattern(tool: dict[str, Any]) -> str:
+    """The text of one call of `tool` with every required argument, values shaped by their JSON type."""
+    schema = tool.get("parameters") or {}
+    properties = schema.get("properties") or {}
+    args = [
+        rf'"{re.escape(name)}": {_VALUE.get(properties[name].get("type"), _VALUE["string"])}'
+        for name in schema.get("required", [])
+        if name in properties
+    ]
+    name = json.dumps(tool["name"])
+    return rf'\{{"name": {re.escape(name)}, "arguments": \{{{", ".join(args)}\}}\}}'
 
 
 def _id(prefix: str) -> str:

@@ -11,11 +11,13 @@ re-renders and re-tokenizes history breaks it; ours extends the sequence.
 
 from __future__ import annotations
 
+import time
+import uuid
 from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["TOKEN_FIELDS", "ContiguityReport", "check_contiguity", "token_calls"]
+__all__ = ["TOKEN_FIELDS", "ContiguityReport", "check_contiguity", "token_calls", "token_response"]
 
 TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 
@@ -71,3 +73,54 @@ def check_contiguity(rollout: dict[str, Any]) -> ContiguityReport:
         ok=not problems and bool(calls),
         problems=problems or ([] if calls else ["no model call carries token ids"]),
     )
+
+
+def token_response(
+    model: str,
+    output: list[dict[str, Any]],
+    prompt_ids: list[int],
+    generated: list[int],
+    logprobs: list[float],
+    finish_reason: str | None,
+    **bundle_extra: Any,
+) -> dict[str, Any]:
+    """A token-returning model call as a Responses object: the token bundle (and `bundle_extra`) on its last item.
+
+    A call that produced no item (an empty or cut-off generation) gets an empty
+    assistant message to carry the bundle; a call stopped by its length limit is
+    `incomplete`, as the Responses API says.
+
+    >>> r = token_response("m", [], [1, 2], [3], [-0.5], "length")
+    >>> r["status"], r["output"][-1]["generation_token_ids"], r["usage"]["total_tokens"]
+    ('incomplete', [3], 3)
+    """
+    if not output:  # the token bundle needs an item to live on
+        output = [
+            {
+                "type": "message",
+                "id": f"msg_{uuid.uuid4().hex[:16]}",
+                "role": "assistant",
+                "status": "incomplete",
+                "content": [{"type": "output_text", "text": "", "annotations": []}],
+            }
+        ]
+    output[-1].update(
+        prompt_token_ids=prompt_ids, generation_token_ids=generated, generation_log_probs=logprobs, **bundle_extra
+    )
+    response: dict[str, Any] = {
+        "id": f"resp_{uuid.uuid4().hex}",
+        "object": "response",
+        "created_at": time.time(),
+        "model": model,
+        "status": "completed",
+        "output": output,
+        "usage": {
+            "input_tokens": len(prompt_ids),
+            "output_tokens": len(generated),
+            "total_tokens": len(prompt_ids) + len(generated),
+        },
+    }
+    if finish_reason == "length":
+        response["status"] = "incomplete"
+        response["incomplete_details"] = {"reason": "max_output_tokens"}
+    return response
