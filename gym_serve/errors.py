@@ -7,8 +7,10 @@ GymServeError
 ├── EnvError             an environment could not be loaded, seeded or asked for its turn   env_error
 ├── ToolError            running a turn's tool calls broke outside the model's view   tool_error
 ├── VerifyError          an environment's verify raised or returned nothing usable    verifier_error
-│   └── JudgeError       a judge model gave no usable verdict                          judge_failed
+│   ├── JudgeError       a judge model gave no usable verdict                          judge_failed
+│   └── VerifierTimeoutError  verification did not finish within its deadline          verifier_timeout
 ├── ModelError           the model tier failed to answer                               model_error
+│   └── ReplayMissError  the replay model has no recording of the conversation         replay_miss
 └── RolloutError         a rollout could not finish, with the kind it names            (its own)
 ```
 
@@ -32,8 +34,10 @@ __all__ = [
     "InputError",
     "JudgeError",
     "ModelError",
+    "ReplayMissError",
     "RolloutError",
     "ToolError",
+    "VerifierTimeoutError",
     "VerifyError",
     "failure_kind",
 ]
@@ -78,6 +82,10 @@ class FailureKind(StrEnum):
     """The environment's seed or user turn raised."""
     TOOL_ERROR = "tool_error"
     """Running a turn's tool calls broke outside the model's view (not a tool's own error, which the model sees)."""
+    VERIFIER_TIMEOUT = "verifier_timeout"
+    """Verification did not finish within the environment's deadline: no verdict, so no reward (not a 0)."""
+    REPLAY_MISS = "replay_miss"
+    """The replay model has no recording of the conversation: nothing the policy did, so nothing to score."""
 
 
 class GymServeError(Exception):
@@ -155,10 +163,28 @@ class JudgeError(VerifyError):
     kind = FailureKind.JUDGE_FAILED
 
 
+class VerifierTimeoutError(VerifyError):
+    """Raised when verification does not finish within its deadline (an environment's `verify_timeout_s`).
+
+    A slow check says nothing about the answer: a busy machine must not turn a right answer into a 0.
+    """
+
+    kind = FailureKind.VERIFIER_TIMEOUT
+
+
 class ModelError(GymServeError):
     """Raised when the model tier fails to produce a response."""
 
     kind = FailureKind.MODEL_ERROR
+
+
+class ReplayMissError(ModelError):
+    """Raised when the replay model is asked a conversation none of its recordings holds.
+
+    The answer it could give ("no recording matches") is not the policy's: scoring it would train on noise.
+    """
+
+    kind = FailureKind.REPLAY_MISS
 
 
 class RolloutError(GymServeError):

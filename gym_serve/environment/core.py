@@ -95,6 +95,11 @@ class Environment:
     Config: ClassVar[type[BaseModel]] = NoConfig
     verify_budget_s: ClassVar[float] = 2.0
     """How long `verify` may take on a worst-case answer; `gym-serve env test` holds every example to it."""
+    verify_timeout_s: float = 60.0
+    """The deadline of one `verify` call. A verification that overruns it fails the rollout as
+    `verifier_timeout` (masked), never as reward 0: how busy the machine is must not change a reward.
+    Set per deployment with the environment's `verify_timeout_s` arg; an environment whose checks run
+    elsewhere (math-verify's worker, the code sandbox) reads it to bound them."""
     answer_key: ClassVar[str | None] = None
     """A verify field holding the model's extracted answer; when set, profiles report majority@k over it."""
     execute_tool_calls: ClassVar[bool] = True
@@ -108,8 +113,12 @@ class Environment:
         """Extra aggregate metrics over an agent's rollouts (grouped by task); merged into `gym-serve profile`'s."""
         return {}
 
-    def __init__(self, config: BaseModel | dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, config: BaseModel | dict[str, Any] | None = None, *, verify_timeout_s: float | None = None
+    ) -> None:
         self.config = config if isinstance(config, BaseModel) else self.Config.model_validate(config or {})
+        if verify_timeout_s is not None:
+            self.verify_timeout_s = verify_timeout_s
 
     @classmethod
     def name(cls) -> str:
