@@ -52,7 +52,7 @@ class MathWithTools(Environment):
         Args:
             code: A complete Python program; print the values you need.
         """
-        run, _ = await run_python(code, limits=LIMITS)
+        run = await run_python(code, limits=LIMITS)
         out = run.stdout
         if run.timed_out:
             out += "\n[timed out]"
