@@ -125,6 +125,7 @@ class _Runner:
 
     def pump(self, deadline, want_reply=False):
         """Move bytes until the runner exits (or, with `want_reply`, a reply line is in), or the deadline."""
+        exited = drained = False
         while True:
             if want_reply and b"\n" in self.reply_buffer:
                 line, _, rest = bytes(self.reply_buffer).partition(b"\n")
@@ -133,6 +134,11 @@ class _Runner:
             if (self.output_exceeded or self.disk_exceeded) and want_reply:
                 self.proc.wait()
                 raise _Died()
+            if drained:  # its own process is gone and its pipes are empty: what leftovers hold open does not count
+                if want_reply:
+                    raise _Died()
+                return None
+            exited = self.proc.poll() is not None  # then read what is there, and stop
             writers = [self.stdin_fd] if self.pending_stdin else []
             if not self.streams and not writers:
                 self.proc.wait()
@@ -145,7 +151,8 @@ class _Runner:
                 self.kill()
                 self.proc.wait()
                 raise _Timeout()
-            ready, writable, _ = select.select(list(self.streams), writers, [], min(remaining, 0.05))
+            ready, writable, _ = select.select(list(self.streams), writers, [], 0 if exited else min(remaining, 0.05))
+            drained = exited and not ready
             for fd in ready:
                 try:
                     chunk = os.read(fd, 65536)
