@@ -80,6 +80,12 @@ def is_equivalent(expected: str, text: str) -> tuple[bool, str | None]:
     return False, first
 
 
+def _ready() -> bool:
+    import math_verify  # noqa: F401  (preloaded by the fork server: this is instant in a warm worker)
+
+    return True
+
+
 class _Workers:
     """A process pool that is thrown away and rebuilt when a call overruns its deadline.
 
@@ -128,6 +134,9 @@ async def verify_math(text: str, expected: str, *, timeout_s: float = DEFAULT_TI
         return MathResult(0.0, None)
     loop = asyncio.get_running_loop()
     async with _turn():
+        # a worker first (the fork server's start and math-verify's import, seconds on a busy machine): the
+        # deadline times the check alone
+        await loop.run_in_executor(_workers.pool(), _ready)
         try:
             same, extracted = await asyncio.wait_for(
                 loop.run_in_executor(_workers.pool(), is_equivalent, expected, text), timeout_s

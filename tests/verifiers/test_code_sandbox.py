@@ -199,11 +199,11 @@ HOSTILE = {
     "fork_bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
     "memory_bomb": "blocks = [bytearray(64 * 1024**2) for _ in range(100)]\n",
     "huge_output": "while True:\n    print('x' * 10000)\n",
-    "write_outside": "open('/tmp/gs-serve-escape', 'w').write('pwned')\n",
+    "write_outside": "open('/var/tmp/gs-serve-escape', 'w').write('pwned')\n",
     "read_secret": "import os\nif 'SECRET_TOKEN' not in os.environ:\n    raise SystemExit(1)\n",
     "network": "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=2)\n",
     "subprocess": "import subprocess\nsubprocess.Popen(['sleep', '4242.5'], start_new_session=True)\n"
-    "subprocess.run(['sh', '-c', 'echo pwned > /tmp/gs-serve-escape'], check=True)\n",
+    "subprocess.run(['sh', '-c', 'echo pwned > /var/tmp/gs-serve-escape'], check=True)\n",
 }
 
 
@@ -278,7 +278,7 @@ async def test_a_serve_replica_contains_hostile_code_and_keeps_serving(serve_ins
     assert rewards == dict.fromkeys(HOSTILE, 0.0)
     assert elapsed < 30  # each attack ended within its limits (2 s CPU, 4 s wall), two sandboxes at a time
     assert max(latencies) < 1.0, latencies  # the replica's event loop kept answering during the attacks
-    assert not Path("/tmp/gs-serve-escape").exists() and alive_with("4242.5") == []
+    assert not Path("/var/tmp/gs-serve-escape").exists() and alive_with("4242.5") == []
     # ...and the same replica still scores correct code right.
     after = await asyncio.gather(*(handle.run.remote(code_row("", 100 + i)) for i in range(4)))
     assert [r["reward"] for r in after] == [1.0] * 4
