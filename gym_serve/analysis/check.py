@@ -4,7 +4,10 @@
    and fits the environment's `Task` fields (line numbers on every problem).
 2. Its `data/example_rollouts.jsonl` (the replay recordings) parses, and every
    example row has a recorded right answer and a recorded wrong one (a lower reward).
-3. Every row runs end to end through real deployments: the environment's own
+3. Its verifier scores non-answers 0 on every row (`gym_serve.verifiers.non_answer`:
+   an empty or blank reply, "I don't know", the row's own question echoed back, the
+   replay model's "no recording matches" reply), in this process, from a fresh `seed`.
+4. Every row runs end to end through real deployments: the environment's own
    Serve config (`deployments/<name>.yaml`, helper applications such as a judge
    included) is deployed twice, with the replay model playing the right answers
    (`error_rate: 0`) and the wrong ones (`error_rate: 1`). Each rollout must score
@@ -24,9 +27,11 @@ from pydantic import ValidationError
 
 from gym_serve.environment.core import Environment
 from gym_serve.environment.registry import load_environment_class
+from gym_serve.environment.runner import EnvRunner
 from gym_serve.errors import InputError
 from gym_serve.rollout.replay import _conversation, _prompt, conversation_key
 from gym_serve.serving.config import BUILDER, AppSpec, load_serve_config
+from gym_serve.verifiers.non_answer import non_answers
 from gym_serve.wire.jsonl import read_jsonl, scan_jsonl
 
 __all__ = ["EnvReport", "check_environment"]
@@ -96,6 +101,8 @@ def check_environment(
         elif wrong is None:
             result.problems.append("no recorded wrong answer (a lower reward) for this row")
         report.rows.append(result)
+    if rows:
+        asyncio.run(_check_non_answers(cls, rows, report))
     if rows and not report.problems:
         asyncio.run(_through_serve(name, rows, report, verify_budget_s, rollout_timeout_s, address))
     return report
@@ -126,6 +133,25 @@ def _check_rows(cls: type[Environment], report: EnvReport) -> list[tuple[int, di
     if len(rows) < MIN_ROWS:
         report.problems.append(f"{path}: {len(rows)} valid rows; an environment ships at least {MIN_ROWS}")
     return rows
+
+
+async def _check_non_answers(
+    cls: type[Environment], rows: list[tuple[int, dict[str, Any]]], report: EnvReport
+) -> None:
+    """Every non-answer must score 0 on every row: a verifier that pays for one teaches it."""
+    runner = EnvRunner(cls())
+    for (_, row), result in zip(rows, report.rows, strict=True):
+        question = cls.Task.model_validate(row).prompt_text()
+        for name, text in non_answers(question).items():
+            message = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+            try:
+                state = await runner.seed(row) if runner.info.has_seed else None
+                verdict = await runner.verify(row, {"output": [message]}, state)
+            except Exception as e:  # noqa: BLE001 - a verifier that breaks on a non-answer is a finding too
+                result.problems.append(f"non-answer `{name}` broke verify: {type(e).__name__}: {e}")
+                continue
+            if float(verdict["reward"]) != 0.0:
+                result.problems.append(f"non-answer `{name}` scored {float(verdict['reward']):g}")
 
 
 def _prompt_key(row: dict[str, Any]) -> str:

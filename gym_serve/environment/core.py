@@ -39,6 +39,22 @@ class Task(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
+    def prompt_text(self) -> str:
+        """The text of the row's last user message: what an echoing non-answer would repeat ('' if none)."""
+        params = getattr(self, "responses_create_params", None) or (self.model_extra or {}).get(
+            "responses_create_params"
+        )
+        value = params.get("input") if isinstance(params, dict) else None
+        if isinstance(value, str):
+            return value
+        for item in reversed(value if isinstance(value, list) else []):
+            if isinstance(item, dict) and item.get("role") == "user":
+                content = item.get("content")
+                if isinstance(content, str):
+                    return content
+                return "".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
+        return ""
+
 
 AnyTask = Task
 """`Task`, under a name the `Environment.Task` class attribute does not shadow in method signatures."""

@@ -28,13 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from gym_serve.errors import InputError, ReplayMissError
+from gym_serve.verifiers.non_answer import REPLAY_MISS_PREFIX
 from gym_serve.wire.jsonl import read_jsonl
 
 __all__ = ["MISS_PREFIX", "ReplayModel", "conversation_key", "miss_text"]
 
 _MODEL_MADE = {"function_call", "reasoning"}
 CORRUPTED_ANSWER = "I'm not sure."
-MISS_PREFIX = "[replay model] No recording matches this conversation"
+MISS_PREFIX = REPLAY_MISS_PREFIX
 
 
 def miss_text(key: str, items: int, sources: list[str]) -> str:
