@@ -239,6 +239,11 @@ def cmd_reverify(args: argparse.Namespace) -> int:
             f"{change['before']} -> {change['after']}"
         )
     print(f"wrote {result['output']}")
+    if result["failures"]:
+        print(f"gym-serve: {len(result['failures'])} row(s) could not be scored:", file=sys.stderr)
+        for failure in result["failures"][:SHOWN_BAD_ROWS]:
+            print(f"  line {failure['line']}: {failure['kind']}: {failure['error'][:300]}", file=sys.stderr)
+        print(f"  (all are in {result['failures_path']})", file=sys.stderr)
     return 0
 
 
