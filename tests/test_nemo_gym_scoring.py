@@ -69,3 +69,45 @@ async def test_structured_outputs_agrees_with_nemo_gym(case: dict[str, Any]) -> 
 async def test_math_agrees_with_nemo_gyms_math_with_judge(case: dict[str, Any]) -> None:
     got = await verdict("math", case["text"], expected_answer=case["expected_answer"])
     assert (got["reward"], got["extracted_answer"]) == (case["reward"], case["extracted_answer"])
+
+
+# ---- NeMo Gym's own recorded rollouts (tests/data/nemo_gym/<server>/), re-scored by our environments ----------
+
+SERVERS = {
+    "code_gen": "code_generation",
+    "mcqa": "multiple_choice",
+    "instruction_following": "instruction_following",
+    "math_with_judge": "math",
+}
+RECORDED_BY_AN_OLDER_NEMO_GYM = {("mcqa", 2): 1.0}
+"""NeMo Gym 0.7.0 itself re-scores this recording 1.0 (`\\boxed{C: ...}` reads as C); it was recorded as 0.0."""
+SLOW_TO_CHECK = {("math_with_judge", 1)}
+"""math-verify needs 5-40 s for this answer on this machine: its reward is 1.0, or (past the deadline) no reward."""
+
+
+def recorded(server: str) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
+    folder = Path(__file__).parent / "data" / "nemo_gym" / server
+
+    def key(row: dict[str, Any]) -> str:
+        return json.dumps([(i.get("role"), i.get("content")) for i in row["responses_create_params"]["input"]])
+
+    rows = {key(r): r for r in map(json.loads, (folder / "example.jsonl").read_text().splitlines())}
+    rollouts = list(map(json.loads, (folder / "example_rollouts.jsonl").read_text().splitlines()))
+    return [(i, rows[key(rollout)], rollout) for i, rollout in enumerate(rollouts)]
+
+
+@pytest.mark.parametrize("server", sorted(SERVERS))
+async def test_nemo_gyms_recorded_rollouts_get_nemo_gyms_rewards(server: str) -> None:
+    from gym_serve.errors import VerifierTimeoutError
+
+    runner = EnvRunner(load_environment_class(SERVERS[server])())
+    for index, row, rollout in recorded(server):
+        expected = RECORDED_BY_AN_OLDER_NEMO_GYM.get((server, index), rollout["reward"])
+        try:
+            got = await runner.verify(row, rollout["response"], None)
+        except VerifierTimeoutError:
+            assert (server, index) in SLOW_TO_CHECK
+            continue
+        assert got["reward"] == expected, (server, index)
+        if server == "instruction_following":  # instruction by instruction, too
+            assert got["follow_instruction_list"] == rollout["follow_instruction_list"], index
