@@ -400,7 +400,8 @@ class CountIncrementWord(Instruction):
     keyword2: Text
 
     def check(self, response: str) -> bool:
-        return _occurrences(self.keyword1.strip(), response) == 1 and _occurrences(self.keyword2.strip(), response) == 2
+        once, twice = _occurrences(self.keyword1.strip(), response), _occurrences(self.keyword2.strip(), response)
+        return once == 1 and twice == 2
 
 
 # ---- language -------------------------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ class _Runner:
         self.h = harness
         rpc = mode == "serve"
         command = [sys.executable, "-I", "-B", "-c", harness.spec["runner_source"], mode]
-        pass_fds = ()
+        pass_fds: tuple[int, ...] = ()
         if rpc:  # requests go in on one pipe, replies come out on another; the solution's stdout stays its own
             to_runner, from_runner = os.pipe(), os.pipe()
             pass_fds = (to_runner[0], from_runner[1])
@@ -89,6 +89,7 @@ class _Runner:
             preexec_fn=confine,
         )
         harness.report_group(self.proc.pid)
+        assert self.proc.stdin is not None and self.proc.stdout is not None and self.proc.stderr is not None
         self.requests = self.replies = None
         if rpc:
             os.close(to_runner[0])
@@ -113,7 +114,7 @@ class _Runner:
     def _close_stdin(self):
         self.pending_stdin = b""
         try:
-            self.proc.stdin.close()
+            self.proc.stdin.close()  # type: ignore[union-attr]  # a PIPE
         except OSError:
             pass
 
@@ -295,13 +296,15 @@ class _Session:
         self.next_id += 1
         message = {"id": self.next_id, "op": op, "target": self.encode(target), **fields}
         data = (json.dumps(message) + "\n").encode()
+        requests = self.runner.requests
+        assert requests is not None  # a serving runner's
         try:
             while data:
-                _, ready, _ = select.select([], [self.runner.requests], [], max(0.0, self.deadline - time.monotonic()))
+                _, ready, _ = select.select([], [requests], [], max(0.0, self.deadline - time.monotonic()))
                 if not ready:
                     self.runner.kill()
                     raise _Timeout()
-                data = data[os.write(self.runner.requests, data) :]
+                data = data[os.write(requests, data) :]
         except BrokenPipeError:
             raise _Died() from None
         line = self.runner.pump(self.deadline, want_reply=True)
@@ -491,7 +494,8 @@ class Harness:
     def run_asserts(self):
         self._write_solution(self.spec["solution"])
         tests = self.spec["tests"]
-        outcomes, namespace = [], {"__builtins__": builtins, "__name__": "__gs_tests__"}
+        outcomes: list[list[str]] = []
+        namespace = {"__builtins__": builtins, "__name__": "__gs_tests__"}
         session = self._load(outcomes, len(tests))
         if session is None:
             return {"tests": outcomes}
@@ -542,7 +546,7 @@ class Harness:
 
     def run_calls(self):
         self._write_solution(self.spec["solution"])
-        outcomes = []
+        outcomes: list[list[str]] = []
         session = self._load(outcomes, len(self.spec["cases"]))
         if session is None:
             return {"tests": outcomes}
@@ -669,7 +673,7 @@ def main():
         os._exit(4)
 
     signal.signal(signal.SIGTERM, stop)
-    result = {"tests": [], "runs": []}
+    result: dict[str, object] = {"tests": [], "runs": []}
     try:
         result.update(getattr(harness, f"run_{spec['mode']}")())
     except Exception as e:  # noqa: BLE001 - fail closed: what broke the harness scores nothing, and says so

@@ -319,8 +319,8 @@ def _why(run: RunResult) -> str:
 
 async def _sandbox(spec: dict[str, Any], runs: int, limits: SandboxLimits, mode: str | None) -> dict[str, Any]:
     async with _semaphore():
-        mode = mode or await asyncio.to_thread(isolation)  # probed once; off the loop
-        return await _start(spec, runs, limits, mode)
+        chosen: str = mode if mode is not None else await asyncio.to_thread(isolation)  # probed once; off the loop
+        return await _start(spec, runs, limits, chosen)
 
 
 async def _start(spec: dict[str, Any], runs: int, limits: SandboxLimits, mode: str) -> dict[str, Any]:
@@ -356,7 +356,7 @@ async def _start(spec: dict[str, Any], runs: int, limits: SandboxLimits, mode: s
         result = await _execute(command, work, json.dumps(spec).encode() + b"\n", deadline, fallback)
         if "harness_error" in result:  # fail closed: whatever broke the harness, no verdict is no pass
             why = f"harness error: {result['harness_error']}"
-            failed = {"exit_code": None, "stdout": "", "stderr": why, "timed_out": False}
+            failed: dict[str, Any] = {"exit_code": None, "stdout": "", "stderr": why, "timed_out": False}
             failed |= {"output_exceeded": False, "disk_exceeded": False, "wall_s": 0.0}
             result |= {"tests": [["fail", why]] * runs, "runs": [failed] * runs}
         return result

@@ -1,7 +1,8 @@
 """`gym-serve env test NAME`: does an environment hold together, the way a contributor needs to know?
 
-1. Its `data/example.jsonl` parses, every row has `responses_create_params.input`
-   and fits the environment's `Task` fields (line numbers on every problem).
+1. Its `data/example.jsonl` parses, every row is a valid row (the protocol models of
+   `gym_serve.wire.responses`) and fits the environment's `Task` fields (file, line and
+   field on every problem).
 2. Its `data/example_rollouts.jsonl` (the replay recordings) parses, and every
    example row has a recorded right answer and a recorded wrong one (a lower reward).
 3. Its verifier scores non-answers 0 on every row (`gym_serve.verifiers.non_answer`:
@@ -33,6 +34,7 @@ from gym_serve.rollout.replay import _conversation, _prompt, conversation_key
 from gym_serve.serving.config import BUILDER, AppSpec, load_serve_config
 from gym_serve.verifiers.non_answer import non_answers
 from gym_serve.wire.jsonl import read_jsonl, scan_jsonl
+from gym_serve.wire.responses import row_problems
 
 __all__ = ["EnvReport", "check_environment"]
 
@@ -119,9 +121,10 @@ def _check_rows(cls: type[Environment], report: EnvReport) -> list[tuple[int, di
             report.problems.append(str(error))
             continue
         assert row is not None
-        params = row.get("responses_create_params")
-        if not isinstance(params, dict) or not isinstance(params.get("input"), str | list):
-            report.problems.append(f"{path}, line {line}: needs `responses_create_params.input` (a string or list)")
+        problems = row_problems(row)  # the protocol models, as every input row is checked
+        if problems:
+            field, problem = problems[0]
+            report.problems.append(f"{path}, line {line}, field `{field}`: {problem}")
             continue
         try:
             cls.Task.model_validate(row)
