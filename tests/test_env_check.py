@@ -37,7 +37,7 @@ def test_bad_rows_are_named_by_file_line_and_field(tmp_path: Path) -> None:
     rows = _check_rows(broken_env(tmp_path), report)
     assert [line for line, _ in rows] == [1]
     text = "\n".join(report.problems)
-    assert "line 2" in text and "line 3" in text and "responses_create_params.input" in text
+    assert "line 2" in text and "line 3, field `responses_create_params`: Field required" in text
     assert "line 4, field `expected`" in text
     assert "1 valid rows; an environment ships at least 5" in text
 
