@@ -75,8 +75,8 @@ def test_serve_run_brings_up_an_environment_that_answers_over_http(tmp_path: Pat
         assert status == 200, f"no rollout over HTTP; serve run said:\n{_output(proc)}"
         assert rollout["reward"] == 1.0 and rollout["_ng_task_index"] == 7
         assert any(item["type"] == "function_call" for item in rollout["response"]["output"])
-        status, error = post(url, {"no": "params"})
-        assert status == 400 and "responses_create_params" in error["error"]
+        status, error = post(url, {"no": "params"})  # rows are checked where they enter: 422 naming the field
+        assert status == 422 and error["field"] == "responses_create_params" and "Field required" in error["error"]
     finally:
         _signal(proc, signal.SIGINT)
         try:
