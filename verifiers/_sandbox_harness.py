@@ -665,11 +665,16 @@ def main():
             sys.exit(3)
 
     def stop(signum, frame):  # the verifier died (fallback) or is ending us: leave nothing running, nothing behind
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second SIGTERM must not cut the cleanup short
         harness.kill_groups()
         if spec["caller_pid"]:
             import shutil
 
-            shutil.rmtree(harness.work, ignore_errors=True)
+            for _ in range(50):  # the killed runners' last files may still be closing: until it is gone
+                shutil.rmtree(harness.work, ignore_errors=True)
+                if not os.path.exists(harness.work):
+                    break
+                time.sleep(0.02)
         os._exit(4)
 
     signal.signal(signal.SIGTERM, stop)

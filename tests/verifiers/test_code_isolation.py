@@ -35,7 +35,7 @@ code = sys.modules["sandbox_code"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(code)
 solution = sys.argv[3].replace("CALLER_PID", str(os.getpid()))
 print(json.dumps({"caller": os.getpid()}), flush=True)
-limits = code.SandboxLimits(cpu_s=5, wall_s=float(sys.argv[4]), memory_mb=256, max_processes=16)
+limits = code.SandboxLimits(cpu_s=5, wall_s=float(sys.argv[4]), memory_mb=256, max_processes=256)
 run = asyncio.run(code.run_python(solution, limits=limits, mode=sys.argv[2]))
 print(json.dumps({"exit_code": run.exit_code, "stdout": run.stdout, "stderr": run.stderr[-300:]}), flush=True)
 """
@@ -120,12 +120,12 @@ def test_code_dies_with_its_caller_and_leaves_no_files(who: str, mode: str, tmp:
     caller.send_signal(signal.SIGKILL)  # the caller dies without any chance to clean up
     caller.wait()
     caller.stdout.close()
-    deadline = time.monotonic() + 10
-    while processes_with(tag) and time.monotonic() < deadline:
+    leftovers = lambda: [p for p in tmp.rglob("*") if p.name != "caller.py"]  # noqa: E731
+    deadline = time.monotonic() + 20  # the sandbox cleans up after its caller's death: give a busy machine time
+    while (processes_with(tag) or leftovers()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert processes_with(tag) == [], "nothing the code started outlives its caller"
-    leftovers = [p for p in tmp.rglob("*") if p.name != "caller.py"]
-    assert leftovers == [], "nothing the code wrote outlives its caller"
+    assert leftovers() == [], "nothing the code wrote outlives its caller"
 
 
 @pytest.mark.parametrize("mode", ["namespaces", "fallback"])

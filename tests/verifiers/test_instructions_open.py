@@ -9,9 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from langdetect.detector_factory import init_factory
 
 from gym_serve.verifiers.instruction_following import INSTRUCTIONS, make_instruction
 from gym_serve.verifiers.non_answer import is_non_answer
+
+# langdetect's ~55 language profiles, loaded at collection: loading them later is a large allocation, and the
+# garbage collection it starts would report, inside this module's tests, what earlier modules left unclosed
+# (Ray's event loops after a Serve test)
+init_factory()
 
 PROMPT = "Write a poem about the sea"
 CASES: list[tuple[str, dict[str, Any], str, str]] = [
