@@ -17,6 +17,7 @@ from gym_serve.rollout.loop import AgentConfig, run_episode
 from gym_serve.serving.autoscaling import Load
 from gym_serve.serving.batching import MicroBatcher, stream_batch
 from gym_serve.serving.replica_count import replica_counts
+from gym_serve.wire.responses import row_problems
 
 DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": 0}}
 
@@ -106,8 +107,10 @@ class AgentDeployment:
             row = await request.json()
         except json.JSONDecodeError as e:
             return JSONResponse({"error": f"body is not valid JSON: {e}"}, status_code=400)
-        if not isinstance(row, dict) or "responses_create_params" not in row:
-            return JSONResponse({"error": "body must be a row with `responses_create_params`"}, status_code=400)
+        problems = row_problems(row)
+        if problems:
+            message = "; ".join(f"`{field}`: {error}" for field, error in problems)
+            return JSONResponse({"error": f"invalid row: {message}", "field": problems[0][0]}, status_code=422)
         return JSONResponse(await self.run(row))
 
     def record_autoscaling_stats(self) -> dict[str, float]:

@@ -22,7 +22,7 @@ class EnvironmentDeployment:
 
     def __init__(self, args: EnvironmentArgs) -> None:
         cls = load_environment_class(args.name)
-        self.runner = EnvRunner(cls(args.config))
+        self.runner = EnvRunner(cls(args.config, verify_timeout_s=args.verify_timeout_s))
         self.load = Load()
         # seed, call_tools, user_turn, verify: the runner's, counted for autoscaling
         self._methods = {name: self.load.track(getattr(self.runner, name)) for name in _METHODS}

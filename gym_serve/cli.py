@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_serve.collect.job import CollectJob, CollectSummary
-from gym_serve.errors import GymServeError, InputError
+from gym_serve.errors import ConfigError, GymServeError, InputError
 from gym_serve.serving.config import load_serve_config
 
 __all__ = ["main"]
@@ -149,8 +149,12 @@ def cmd_collect(args: argparse.Namespace) -> int:
     from gym_serve.serving import deploy as serving
 
     specs = load_serve_config(args.config)
+    overrides = _overrides(args)
     if not Path(args.input).is_file():
         raise InputError("cannot open: no such file", source=args.input)
+    if _holds_no_rows(args.input):
+        print(f"gym-serve: {args.input} holds no rows (it is empty, or only blank lines)", file=sys.stderr)
+        return 1
     agents = serving.env_apps(specs) + (
         [args.agent] if args.agent and args.agent not in serving.env_apps(specs) else []
     )
@@ -167,7 +171,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
             default_agent=default_agent,
             num_repeats=args.num_repeats,
             limit=args.limit,
-            params_overrides=_overrides(args),
+            params_overrides=overrides,
             concurrency=concurrency,
             attempt_timeout_s=args.rollout_timeout,
             max_attempts=args.max_attempts,
@@ -178,7 +182,36 @@ def cmd_collect(args: argparse.Namespace) -> int:
         )
     )
     print(_format_summary(summary))
-    return 0 if summary.rollouts + summary.rollouts_resumed > 0 or summary.rows_read == 0 else 1
+    _echo_bad_rows(summary)
+    return 0 if summary.rollouts + summary.rollouts_resumed > 0 else 1
+
+
+def _holds_no_rows(path: str) -> bool:
+    with open(path, "rb") as handle:
+        return not any(line.strip(b" \t\r\n\xef\xbb\xbf") for line in handle)
+
+
+SHOWN_BAD_ROWS = 3
+
+
+def _echo_bad_rows(summary: CollectSummary) -> None:
+    """The first few bad-row errors on the terminal, where the user looks; where the rest are."""
+    if not summary.rows_skipped:
+        return
+    from gym_serve.wire.jsonl import read_jsonl
+
+    errors = [
+        str(row.get("error"))
+        for _, row in read_jsonl(summary.failures_path)
+        if row.get("_ng_failure_class") == "bad_input"
+    ]
+    print(f"gym-serve: {summary.rows_skipped} input row(s) skipped as bad input:", file=sys.stderr)
+    for error in errors[:SHOWN_BAD_ROWS]:
+        print(f"  {error}", file=sys.stderr)
+    rest = len(errors) - SHOWN_BAD_ROWS
+    print(
+        f"  ({'and ' + str(rest) + ' more; ' if rest > 0 else ''}all are in {summary.failures_path})", file=sys.stderr
+    )
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -208,6 +241,11 @@ def cmd_reverify(args: argparse.Namespace) -> int:
             f"{change['before']} -> {change['after']}"
         )
     print(f"wrote {result['output']}")
+    if result["failures"]:
+        print(f"gym-serve: {len(result['failures'])} row(s) could not be scored:", file=sys.stderr)
+        for failure in result["failures"][:SHOWN_BAD_ROWS]:
+            print(f"  line {failure['line']}: {failure['kind']}: {failure['error'][:300]}", file=sys.stderr)
+        print(f"  (all are in {result['failures_path']})", file=sys.stderr)
     return 0
 
 
@@ -278,8 +316,15 @@ def _shard(text: str) -> tuple[int, int]:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling overrides, checked once here (not as one bad row per input line)."""
+    from gym_serve.wire.responses import row_problems
+
     chosen = {"temperature": args.temperature, "top_p": args.top_p, "max_output_tokens": args.max_output_tokens}
-    return {key: value for key, value in chosen.items() if value is not None}
+    overrides = {key: value for key, value in chosen.items() if value is not None}
+    for field, problem in row_problems({"responses_create_params": {"input": "-", **overrides}}):
+        flag = "--" + field.rsplit(".", 1)[-1].replace("_", "-")
+        raise ConfigError(problem, key=flag)
+    return overrides
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

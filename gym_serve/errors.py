@@ -7,10 +7,12 @@ GymServeError
 ├── EnvError             an environment could not be loaded, seeded or asked for its turn   env_error
 ├── ToolError            running a turn's tool calls broke outside the model's view   tool_error
 ├── VerifyError          an environment's verify raised or returned nothing usable    verifier_error
-│   └── JudgeError       a judge model gave no usable verdict                          judge_failed
+│   ├── JudgeError       a judge model gave no usable verdict                          judge_failed
+│   └── VerifierTimeoutError  verification did not finish within its deadline          verifier_timeout
 ├── ModelError           the model tier failed to answer                               model_error
 │   ├── ModelUnreachableError   its endpoint refused or dropped the connection         transport_unreachable
-│   └── ModelTimeoutError       its endpoint did not answer in time                    transport_timeout
+│   ├── ModelTimeoutError       its endpoint did not answer in time                    transport_timeout
+│   └── ReplayMissError  the replay model has no recording of the conversation         replay_miss
 └── RolloutError         a rollout could not finish, with the kind it names            (its own)
 ```
 
@@ -36,8 +38,10 @@ __all__ = [
     "ModelError",
     "ModelTimeoutError",
     "ModelUnreachableError",
+    "ReplayMissError",
     "RolloutError",
     "ToolError",
+    "VerifierTimeoutError",
     "VerifyError",
     "failure_kind",
 ]
@@ -82,6 +86,10 @@ class FailureKind(StrEnum):
     """The environment's seed or user turn raised."""
     TOOL_ERROR = "tool_error"
     """Running a turn's tool calls broke outside the model's view (not a tool's own error, which the model sees)."""
+    VERIFIER_TIMEOUT = "verifier_timeout"
+    """Verification did not finish within the environment's deadline: no verdict, so no reward (not a 0)."""
+    REPLAY_MISS = "replay_miss"
+    """The replay model has no recording of the conversation: nothing the policy did, so nothing to score."""
 
 
 class GymServeError(Exception):
@@ -159,6 +167,15 @@ class JudgeError(VerifyError):
     kind = FailureKind.JUDGE_FAILED
 
 
+class VerifierTimeoutError(VerifyError):
+    """Raised when verification does not finish within its deadline (an environment's `verify_timeout_s`).
+
+    A slow check says nothing about the answer: a busy machine must not turn a right answer into a 0.
+    """
+
+    kind = FailureKind.VERIFIER_TIMEOUT
+
+
 class ModelError(GymServeError):
     """Raised when the model tier fails to produce a response."""
 
@@ -175,6 +192,13 @@ class ModelTimeoutError(ModelError):
     """Raised when a model endpoint does not answer within the tier's timeout, after its retries."""
 
     kind = FailureKind.TRANSPORT_TIMEOUT
+class ReplayMissError(ModelError):
+    """Raised when the replay model is asked a conversation none of its recordings holds.
+
+    The answer it could give ("no recording matches") is not the policy's: scoring it would train on noise.
+    """
+
+    kind = FailureKind.REPLAY_MISS
 
 
 class RolloutError(GymServeError):

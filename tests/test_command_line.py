@@ -75,8 +75,8 @@ def test_serve_run_brings_up_an_environment_that_answers_over_http(tmp_path: Pat
         assert status == 200, f"no rollout over HTTP; serve run said:\n{_output(proc)}"
         assert rollout["reward"] == 1.0 and rollout["_ng_task_index"] == 7
         assert any(item["type"] == "function_call" for item in rollout["response"]["output"])
-        status, error = post(url, {"no": "params"})
-        assert status == 400 and "responses_create_params" in error["error"]
+        status, error = post(url, {"no": "params"})  # rows are checked where they enter: 422 naming the field
+        assert status == 422 and error["field"] == "responses_create_params" and "Field required" in error["error"]
     finally:
         _signal(proc, signal.SIGINT)
         try:
@@ -104,7 +104,14 @@ def _output(proc: subprocess.Popen) -> str:
 def test_collect_command_writes_rollouts_and_reports_bad_rows(tmp_path: Path) -> None:
     rows = example_rows("example_single_tool_call")
     source = tmp_path / "in.jsonl"
-    source.write_text("".join(json.dumps(r) + "\n" for r in rows[:3]) + "not json\n")
+    bad = [
+        "not json",
+        json.dumps({"responses_create_params": {"input": [{"role": "robot", "content": "hi"}]}}),
+        json.dumps({"responses_create_params": {"input": "hi", "temperature": -1}}),
+        json.dumps({"responses_create_params": {"input": []}}),
+        json.dumps({"responses_create_params": {}}),
+    ]
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows[:3]) + "\n".join(bad) + "\n")
     out = tmp_path / "out.jsonl"
     result = subprocess.run(
         [
@@ -133,9 +140,36 @@ def test_collect_command_writes_rollouts_and_reports_bad_rows(tmp_path: Path) ->
     assert sorted((r["_ng_task_index"], r["_ng_rollout_index"]) for r in rollouts) == [
         (t, k) for t in range(3) for k in range(2)
     ]
-    assert "rollouts         6" in result.stdout and "bad_input: 1" in result.stdout
-    failure = json.loads((tmp_path / "out_failures.jsonl").read_text())
-    assert failure["line"] == 4 and failure["_ng_failure_class"] == "bad_input"
+    assert "rollouts         6" in result.stdout and "bad_input: 5" in result.stdout
+    failures = [json.loads(line) for line in (tmp_path / "out_failures.jsonl").read_text().splitlines()]
+    assert [(f["line"], f["_ng_failure_class"]) for f in failures] == [(n, "bad_input") for n in range(4, 9)]
+    # the first few errors are on the terminal, naming file, line and field; it says where the rest are
+    assert "5 input row(s) skipped as bad input" in result.stderr
+    assert f"{source}, line 4: not valid JSON" in result.stderr
+    assert f"{source}, line 5, field `responses_create_params.input.0.role`" in result.stderr
+    assert f"{source}, line 6, field `responses_create_params.temperature`" in result.stderr
+    assert (
+        "line 7" not in result.stderr and f"and 2 more; all are in {tmp_path / 'out_failures.jsonl'}" in result.stderr
+    )
+
+
+def test_collect_says_when_the_input_is_empty_or_an_override_is_out_of_range(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"\xef\xbb\xbf\n  \n")
+    config = str(REPO / "deployments" / "example_single_tool_call.yaml")
+    base = [*GYM_SERVE, "collect", "--config", config, "--output", str(tmp_path / "o.jsonl")]
+    result = subprocess.run([*base, "--input", str(empty)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and f"{empty} holds no rows" in result.stderr
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"responses_create_params": {"input": "hi"}}) + "\n")
+    result = subprocess.run(
+        [*base, "--input", str(rows), "--temperature", "-0.5"], capture_output=True, text=True, timeout=120
+    )
+    assert (
+        result.returncode == 2
+        and "key `--temperature`" in result.stderr
+        and "greater than or equal to 0" in result.stderr
+    )
 
 
 def test_config_errors_name_the_key_and_exit_2(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gym_serve import Environment, Task
+from gym_serve import Environment, Response, Task
 from gym_serve.analysis.check import EnvReport, _check_rows, _recorded_rewards, check_environment
 
 
@@ -37,7 +37,7 @@ def test_bad_rows_are_named_by_file_line_and_field(tmp_path: Path) -> None:
     rows = _check_rows(broken_env(tmp_path), report)
     assert [line for line, _ in rows] == [1]
     text = "\n".join(report.problems)
-    assert "line 2" in text and "line 3" in text and "responses_create_params.input" in text
+    assert "line 2" in text and "line 3, field `responses_create_params`: Field required" in text
     assert "line 4, field `expected`" in text
     assert "1 valid rows; an environment ships at least 5" in text
 
@@ -68,3 +68,44 @@ def test_an_environment_passes_through_real_serve() -> None:
     assert report.ok, report.render()
     assert len(report.rows) >= 5
     assert all(r.right == 1.0 and r.wrong == 0.0 and 0 < r.verify_s < 2.0 for r in report.rows)
+
+
+def test_a_verifier_that_pays_for_non_answers_is_caught(tmp_path: Path) -> None:
+    """Empty text, "I don't know", the question echoed and the replay miss text must each score 0."""
+
+    class Generous(Environment):
+        Task = Needs
+
+        @classmethod
+        def data_dir(cls) -> Path:
+            return tmp_path
+
+        async def verify(self, task: Task, response: Response, state: None) -> float:
+            return 0.0 if response.output_text() == "" else 1.0  # it only refuses an empty reply
+
+    lines = [json.dumps(row(f"question {i}?", expected="1")) for i in range(5)]
+    (tmp_path / "example.jsonl").write_text("\n".join(lines) + "\n")
+    report = check_environment_rows(Generous)
+    found = {p.split("`")[1] for r in report.rows for p in r.problems if p.startswith("non-answer")}
+    assert found == {"blank", "refusal", "echo", "replay_miss"}
+    assert all("non-answer `echo` scored 1" in r.problems for r in report.rows)
+
+
+def check_environment_rows(cls: type[Environment]) -> EnvReport:
+    import asyncio
+
+    from gym_serve.analysis.check import RowResult, _check_non_answers
+
+    report = EnvReport(cls.__name__)
+    rows = _check_rows(cls, report)
+    report.rows = [RowResult(line, None, None) for line, _ in rows]
+    asyncio.run(_check_non_answers(cls, rows, report))
+    return report
+
+
+def test_every_bundled_environment_scores_every_non_answer_zero() -> None:
+    from gym_serve.environment.registry import available_environments, load_environment_class
+
+    for name in available_environments():
+        report = check_environment_rows(load_environment_class(name))
+        assert report.rows and [p for r in report.rows for p in r.problems] == [], name

@@ -140,6 +140,15 @@ async def test_bad_requests_get_clear_4xx_and_the_server_keeps_serving(base_url:
     assert status == 404 and "unknown agent `nobody`" in body["error"]
     status, body, _ = await post(f"{base_url}/v1/rollouts", {"rows": [], "num_repeats": 1})
     assert status == 400 and "rows" in body["error"]
+    # rows are checked where they enter: a row without `input` was a bare 500 before
+    status, body, _ = await post(f"{base_url}/run", {"responses_create_params": {}})
+    assert status == 422 and body["field"] == "responses_create_params.input" and "Field required" in body["error"]
+    row = example_rows("example_single_tool_call")[0]
+    bad_role = {**row, "responses_create_params": {"input": [{"role": "robot", "content": "hi"}]}}
+    status, body, _ = await post(f"{base_url}/v1/rollouts", {"rows": [row, bad_role]})
+    assert status == 422 and body["field"] == "rows.1.responses_create_params.input.0.role"
+    status, body, _ = await post(f"{base_url}/v1/rollouts", {"rows": [row], "temperature": -1})
+    assert status == 400 and body["field"] == "temperature"
     status, body, _ = await post(f"{base_url}/run", {"pad": "x" * 300_000})
     assert status == 413
     for headers in ({"Authorization": ""}, {"Authorization": "Bearer wrong"}):

@@ -185,3 +185,99 @@ def test_errors_survive_pickling_across_processes() -> None:
         copy = pickle.loads(pickle.dumps(error))
         assert str(copy) == str(error) and type(copy) is type(error)
     assert pickle.loads(pickle.dumps(RolloutError("x", kind=FailureKind.AGENT_TIMEOUT))).kind == "agent_timeout"
+
+
+# ---- rows are checked once, with the protocol models, where they enter -----------------------------------------
+
+TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {}}}}
+CALL = {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"}
+
+
+@pytest.mark.parametrize(
+    ("params", "field", "message"),
+    [  # every one of these was accepted before (and, with the replay model, could score 1.0)
+        ({"input": [{"role": "robot", "content": "hi"}]}, "input.0.role", "'user', 'system', 'developer' or"),
+        ({"input": [{"type": "weird", "content": "hi"}]}, "input.0", "unknown item type 'weird'"),
+        ({"input": []}, "input", "at least 1 item"),
+        ({"input": ""}, "input", "at least 1 character"),
+        ({"input": "hi", "temperature": -1}, "temperature", "greater than or equal to 0"),
+        ({"input": "hi", "temperature": 2.5}, "temperature", "less than or equal to 2"),
+        ({"input": "hi", "top_p": 0}, "top_p", "greater than 0"),
+        ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens", "greater than or equal to 1"),
+        (
+            {"input": "hi", "tools": [{**TOOL, "parameters": {"type": "object", "properties": {"c": {"type": 7}}}}]},
+            "tools.0.parameters",
+            "not a valid JSON Schema at $.properties.c.type",
+        ),
+        ({"input": "hi", "tools": [{**TOOL, "parameters": {"type": "string"}}]}, "tools.0.parameters", "an object"),
+        ({"input": "hi", "tools": [{**TOOL, "name": "get weather!"}]}, "tools.0.name", "1-64 letters"),
+        (
+            {
+                "input": [
+                    {"role": "user", "content": "hi"},
+                    {"type": "function_call_output", "call_id": "c9", "output": "x"},
+                ]
+            },
+            "",
+            "`input[1]` is a `function_call_output` for call_id `c9`",
+        ),
+        ({"input": [{"role": "user", "content": "hi"}, {**CALL, "call_id": ""}]}, "input.1.call_id", "at least 1"),
+    ],
+)
+def test_rows_the_protocol_models_refuse_are_bad_input_naming_line_and_field(
+    tmp_path: Path, params: dict[str, Any], field: str, message: str
+) -> None:
+    path = write_lines(tmp_path / "in.jsonl", [json.dumps(GOOD), json.dumps({"responses_create_params": params})])
+    rows, bad = run_materialize(job(path))
+    assert len(rows) == 1 and [line for line, _ in bad] == [2]
+    where = f"{path}, line 2, field `responses_create_params{'.' + field if field else ''}`: "
+    assert bad[0][1].startswith(where) and message in bad[0][1], bad[0][1]
+
+
+def test_a_paired_call_and_output_and_typed_items_are_fine(tmp_path: Path) -> None:
+    items = [
+        {"type": "message", "role": "system", "content": [{"type": "input_text", "text": "be brief"}]},
+        {"role": "user", "content": "weather?"},
+        CALL,
+        {"type": "function_call_output", "call_id": "c1", "output": "cold"},
+        {"type": "reasoning", "summary": []},
+    ]
+    row = {"responses_create_params": {"input": items, "tools": [TOOL], "temperature": 0, "top_p": 1}}
+    rows, bad = run_materialize(job(write_lines(tmp_path / "in.jsonl", [json.dumps(row)])))
+    assert bad == [] and rows[0]["responses_create_params"] == row["responses_create_params"]
+
+
+def test_other_row_fields_are_checked_too(tmp_path: Path) -> None:
+    lines = [
+        json.dumps({**GOOD, "_ng_task_index": True}),
+        json.dumps({**GOOD, "_ng_task_index": -3}),
+        json.dumps({**GOOD, "agent_ref": {"name": ""}}),
+    ]
+    _, bad = run_materialize(job(write_lines(tmp_path / "in.jsonl", lines)))
+    assert [(line, "field `_ng_task_index`" in error) for line, error in bad[:2]] == [(1, True), (2, True)]
+    assert bad[2][0] == 3 and "field `agent_ref.name`" in bad[2][1]
+
+
+def test_sampling_overrides_are_checked_with_the_row(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "in.jsonl", [json.dumps(GOOD)])
+    _, bad = run_materialize(job(path, params_overrides={"top_p": 1.5}))
+    assert "field `responses_create_params.top_p`" in bad[0][1]
+
+
+def test_a_byte_order_mark_is_accepted_and_duplicate_keys_are_reported(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(
+        b"\xef\xbb\xbf" + json.dumps(GOOD).encode() + b"\n"
+        b'{"responses_create_params": {"input": "a", "input": "b"}}\n'
+        b'{"responses_create_params": {"input": "a"}, "expected_answer": 1, "expected_answer": 2}\n'
+        b'{"responses_create_params": {"input": "a"}, "x": NaN}\n'
+    )
+    results = list(scan_jsonl(path))
+    assert results[0][1] == GOOD, "the first row reads despite the BOM"
+    assert [str(e) for _, _, e in results[1:3]] == [
+        f"{path}, line 2: the key `input` is given twice in one object",
+        f"{path}, line 3: the key `expected_answer` is given twice in one object",
+    ]
+    assert "not valid JSON" in str(results[3][2])
+    rows, bad = run_materialize(job(path))
+    assert len(rows) == 1 and [line for line, _ in bad] == [2, 3, 4]

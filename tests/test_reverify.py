@@ -49,3 +49,33 @@ def test_reverify_command(tmp_path: Path, capsys) -> None:
     path = asyncio.run(stored(tmp_path, "example_multi_step", error_rate=0.5))
     assert main(["reverify", "--rollouts", str(path), "--env", "example_multi_step"]) == 0
     assert "example_multi_step" in capsys.readouterr().out
+
+
+async def test_rows_that_cannot_be_scored_are_failures_and_the_rest_go_on(tmp_path: Path) -> None:
+    """Before, the first such row stopped reverify and left its output empty."""
+    path = await stored(tmp_path, "example_single_tool_call", error_rate=0.0)
+    good = path.read_text().splitlines()
+    no_response = json.dumps({**json.loads(good[0]), "response": None})
+    unknown_agent = json.dumps({**json.loads(good[1]), "agent_ref": {"name": "elsewhere"}})
+    path.write_text("\n".join([good[0], "{not json", no_response, good[1], unknown_agent, *good[2:]]) + "\n")
+    result = await reverify(path, {"example_single_tool_call": "example_single_tool_call"})
+    assert [(f["line"], f["kind"]) for f in result["failures"]] == [
+        (2, "bad_input"),
+        (3, "bad_input"),
+        (5, "bad_input"),
+    ]
+    assert "no environment for agent `elsewhere`" in result["failures"][2]["error"]
+    assert result["agents"]["example_single_tool_call"]["rows"] == len(good)
+    assert len(Path(result["output"]).read_text().splitlines()) == len(good)
+    failed = [json.loads(line) for line in Path(result["failures_path"]).read_text().splitlines()]
+    assert [f["line"] for f in failed] == [2, 3, 5] and all(f["mask_sample"] for f in failed)
+
+
+async def test_an_existing_output_is_never_emptied(tmp_path: Path) -> None:
+    path = await stored(tmp_path, "example_single_tool_call", error_rate=0.0)
+    first = await reverify(path, {"*": "example_single_tool_call"})
+    before = Path(first["output"]).read_text()
+    assert before
+    result = await reverify(path, {"*": "no_such_environment"})  # every row fails now
+    assert len(result["failures"]) == len(before.splitlines()) and result["failures"][0]["kind"] == "env_error"
+    assert Path(first["output"]).read_text() == before, "the earlier output stands"

@@ -1,31 +1,33 @@
-"""Run model-written Python against tests, in a sandbox, without blocking the event loop.
+"""Run model-written Python against tests in a sandbox the solution cannot game, off the event loop.
 
-Every run is a fresh child process (`python -I -B`, started with asyncio's
-subprocess API, so the caller's event loop keeps serving) with these walls:
+The policy being trained writes the code, so the code is an adversary of its own reward. The
+threat model and what stops each attack are in `verifiers/README.md`; in short:
 
-- **limits** (`SandboxLimits`): CPU seconds, address space, file size and
-  process count as rlimits, set by the trusted harness (`_sandbox_harness.py`)
-  before the untrusted code starts; a wall-clock timeout after which the whole
-  process group (and, with namespaces, the whole PID namespace) is SIGKILLed;
-  an output cap that kills the run once stdout or stderr passes it.
-- **a throwaway work dir**, the only writable place, removed afterwards.
-- **a minimal environment**: `PATH`, `HOME`, `LANG` and nothing inherited, so
-  secrets in the caller's environment never reach the code.
-- **isolation** (`isolation()` says which is in use), probed once per process:
-  `namespaces`: `unshare` (util-linux) puts the code in new user, network, mount and PID
-  namespaces: no network interface but a downed loopback, every mount
-  read-only except the work dir, its own `/proc`, and killing the sandbox
-  kills every process in it. When running as root, the code also runs as
-  `nobody` (via `setpriv`), because the kernel does not enforce `RLIMIT_NPROC`
-  for root.
-  `audit_hook` (fallback where `unshare` is not permitted): a Python audit hook
-  refuses sockets and writes outside the work dir. Audit hooks are not a
-  security boundary against native code; use `namespaces` for hostile workloads.
+- **Two processes.** A trusted *harness* (`_sandbox_harness.py`) holds the tests and the
+  expected values (sent on its stdin, never written to a file) and reports the verdict on its
+  stdout. The solution runs in separate *runner* processes (`_sandbox_runner.py`) that inherit
+  neither. Assert-style tests run in the harness, calling the solution through a pipe; values
+  come back as plain data, so frame or `gc` introspection, patched builtins or `assert`, lying
+  `__eq__`, printed markers, early exits and patched test modules all act on a process whose
+  word is not taken. Expected stdout never enters the sandbox: the verifier compares.
+- **Kernel walls** on every runner (`_sandbox_confine.py`): no capabilities, seccomp (no
+  signals to other processes, no ptrace, no sockets, no new namespaces), Landlock where the
+  kernel has it (reads only system and Python dirs, writes only the work dir, no TCP, no
+  signals out), rlimits (CPU, memory, file size, processes), a wall clock and an output cap.
+  The harness is non-dumpable.
+- **Isolation** (`isolation()`):
+  `namespaces`: the harness is PID 1 of new user, PID, network and mount namespaces; every
+  mount is read-only but a size-limited tmpfs over `/tmp` (the work dir), so the total disk a
+  sandbox can fill is bounded by the kernel and nothing of it exists on the host; when the
+  harness ends, or the verifier dies (parent-death signal), every process in it dies. As
+  root, it all runs as `nobody`.
+  `fallback` (user namespaces refused, e.g. a non-root container): the harness is a child of
+  the verifier and dies with it (a parent-death signal it handles by killing its runners'
+  process groups, which seccomp keeps every runner descendant in; the verifier kills them too);
+  the work dir is a private directory the harness watches against the disk quota every 20 ms
+  and the verifier removes. Force it with `GYM_SERVE_SANDBOX_ISOLATION=fallback` or `mode=`.
 
-Scoring: `reward` is 1.0 only when every test passes; `fraction` is the share
-that passed. A known limit of the asserts mode: the harness and the solution
-share one interpreter, so a solution that introspects the harness's frames
-could forge pass markers; early exits and exceptions cannot.
+Scoring: `reward` is 1.0 only when every test passes; `fraction` is the share that passed.
 """
 
 from __future__ import annotations
@@ -33,8 +35,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
-import secrets
 import shutil
 import signal
 import stat
@@ -44,37 +44,59 @@ import tempfile
 import time
 import weakref
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 __all__ = [
+    "ISOLATION_ENV",
     "CodeResult",
     "RunResult",
+    "SandboxError",
     "SandboxLimits",
+    "SandboxTimeout",
     "extract_code",
     "isolation",
     "run_python",
+    "same_stdout",
     "verify_asserts",
+    "verify_calls",
     "verify_stdio",
 ]
 
-_HARNESS = Path(__file__).with_name("_sandbox_harness.py")
+ISOLATION_ENV = "GYM_SERVE_SANDBOX_ISOLATION"
+"""`fallback` forces the fallback isolation (to test it, or where namespaces misbehave); `namespaces` insists."""
+
+_HERE = Path(__file__).parent
 _NOBODY = 65534
-# Make the work dir the only writable mount, then run the harness (sh stays PID 1 of the
-# namespace, so the harness is an ordinary process that rlimit signals can kill).
+# Make a size-limited tmpfs the only writable place, everything else read-only, then become the harness
+# (`exec`: the harness is PID 1 of the namespace, so its end is the end of every process in it).
 _MOUNT_SCRIPT = r"""
-W=$1; shift
-mount --bind "$W" "$W" && cd "$W" || exit 97
+Q=$1; N=$2; shift 2
+mount -t tmpfs -o "size=$Q,nr_inodes=$N,mode=1777" sandbox /tmp && cd /tmp || exit 97
 for m in $(awk '{print $2}' /proc/self/mounts | sort -u); do
-  [ "$m" = "$W" ] || mount -o remount,bind,ro "$m" 2>/dev/null
+  [ "$m" = /tmp ] || mount -o remount,bind,ro "$m" 2>/dev/null
 done
-"$@"
+exec "$@"
 """
+
+
+class SandboxError(RuntimeError):
+    """Raised when the sandbox itself broke (the harness gave no verdict): not the solution's score."""
+
+
+class SandboxTimeout(SandboxError):
+    """Raised when the whole sandbox overran the sum of its per-run deadlines (a stalled machine, not the code)."""
 
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """The walls of one run. Defaults suit competitive-programming-sized programs."""
+    """The walls of one sandbox. Defaults suit competitive-programming-sized programs.
+
+    `wall_s` and `cpu_s` bound each run (each stdin case, each assert test: NeMo Gym's
+    per-test `unit_test_timeout_secs`); `disk_mb` bounds everything written, in all files.
+    """
 
     cpu_s: int = 5
     wall_s: float = 10.0
@@ -82,22 +104,25 @@ class SandboxLimits:
     file_size_mb: int = 8
     max_processes: int = 32
     output_bytes: int = 1 << 20
+    disk_mb: int = 64
+    max_files: int = 4096
 
 
 @dataclass
 class RunResult:
-    """What happened to one sandboxed run."""
+    """What happened to one run of a program on one input."""
 
     exit_code: int | None
     stdout: str
     stderr: str
     timed_out: bool = False
     output_exceeded: bool = False
+    disk_exceeded: bool = False
     wall_s: float = 0.0
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out and not self.output_exceeded
+        return self.exit_code == 0 and not (self.timed_out or self.output_exceeded or self.disk_exceeded)
 
 
 @dataclass
@@ -107,12 +132,12 @@ class CodeResult:
     passed: int
     total: int
     details: list[str] = field(default_factory=list)
-    clean: bool = True
-    """False when a run hit a limit or crashed after its tests: such a solution never earns the reward."""
+    layers: list[str] = field(default_factory=list)
+    """The kernel walls the runners were under (e.g. `seccomp`, `landlock_abi7`)."""
 
     @property
     def reward(self) -> float:
-        return 1.0 if self.clean and self.total > 0 and self.passed == self.total else 0.0
+        return 1.0 if self.total > 0 and self.passed == self.total else 0.0
 
     @property
     def fraction(self) -> float:
@@ -120,39 +145,34 @@ class CodeResult:
 
 
 def extract_code(text: str) -> str | None:
-    """The last fenced code block (```python, ```py or bare ```) of a model answer, else None."""
-    blocks = re.findall(r"```(?:python3?|py)?[ \t]*\n(.*?)```", text, re.S)
-    return blocks[-1] if blocks else None
+    """The code between the last two lines holding a ``` fence (LiveCodeBench's rule, NeMo Gym's `code_gen`)."""
+    lines = text.split("\n")
+    fences = [i for i, line in enumerate(lines) if "```" in line]
+    if len(fences) < 2:
+        return None
+    return "\n".join(lines[fences[-2] + 1 : fences[-1]])
 
 
 @lru_cache(maxsize=1)
-def isolation() -> str:
-    """`namespaces` if `unshare` works here (user/net/mount/pid), else `audit_hook`."""
+def _probe() -> str:
     unshare = shutil.which("unshare")
-    if unshare is None:
-        return "audit_hook"
-    work = _make_work_dir()
+    if unshare is None or shutil.which("setpriv") is None:
+        return "fallback"
     try:
         probe = subprocess.run(
-            [*_identity(), *_namespace_prefix(unshare), work, "true"],
-            env=_minimal_env(work),
-            capture_output=True,
-            timeout=10,
+            [*_namespace_prefix(), "/bin/sh", "-c", "true"], env=_minimal_env("/"), capture_output=True, timeout=10
         )
     except (OSError, subprocess.SubprocessError):
-        return "audit_hook"
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return "namespaces" if probe.returncode == 0 else "audit_hook"
+        return "fallback"
+    return "namespaces" if probe.returncode == 0 else "fallback"
 
 
-def _make_work_dir() -> str:
-    """A fresh private directory the sandbox user owns."""
-    work = tempfile.mkdtemp(prefix="gs-sandbox-")
-    if os.geteuid() == 0:
-        os.chown(work, _NOBODY, _NOBODY)
-    os.chmod(work, 0o700)
-    return work
+def isolation() -> str:
+    """`namespaces` if user/PID/net/mount namespaces work here (probed once), else `fallback`; see the module doc."""
+    forced = os.environ.get(ISOLATION_ENV)
+    if forced in ("namespaces", "fallback"):
+        return forced
+    return _probe()
 
 
 _slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
@@ -170,59 +190,118 @@ def _semaphore() -> asyncio.Semaphore:
 
 
 async def run_python(
-    code: str,
-    *,
-    stdin: str = "",
-    tests: list[str] | None = None,
-    limits: SandboxLimits = SandboxLimits(),
-    mode: str | None = None,
-) -> tuple[RunResult, str | None]:
-    """Run `code` in a fresh sandbox. With `tests`, runs them after it (asserts mode).
-
-    Returns the run and, in asserts mode, the marker the harness prefixed its results with.
-    `mode` forces an isolation mode (tests of the fallback); default: `isolation()`.
-    """
-    async with _semaphore():
-        return await _run(code, stdin=stdin, tests=tests, limits=limits, mode=mode)
+    code: str, *, stdin: str = "", limits: SandboxLimits = SandboxLimits(), mode: str | None = None
+) -> RunResult:
+    """Run `code` once as a program in a fresh sandbox, with `stdin`; `mode` forces an isolation mode."""
+    result = await _sandbox({"mode": "stdio", "solution": code, "stdin": [stdin]}, 1, limits, mode)
+    return _run_result(result["runs"][0])
 
 
 async def verify_stdio(
-    code: str, cases: list[dict[str, str]], *, limits: SandboxLimits = SandboxLimits()
+    code: str, cases: list[dict[str, str]], *, limits: SandboxLimits = SandboxLimits(), mode: str | None = None
 ) -> CodeResult:
-    """Run `code` once per case (`{"input": ..., "output": ...}`); a case passes when stdout matches."""
-    runs = await asyncio.gather(*(run_python(code, stdin=case["input"], limits=limits) for case in cases))
-    result = CodeResult(passed=0, total=len(cases))
-    for i, ((run, _), case) in enumerate(zip(runs, cases, strict=True)):
-        if run.ok and _same_output(run.stdout, case["output"]):
-            result.passed += 1
-            result.details.append(f"case {i}: passed")
+    """Run `code` once per case (`{"input", "output"}`), each in a fresh process of one sandbox.
+
+    A case passes when the program exits 0 and its stdout matches (`same_stdout`). The expected
+    outputs never enter the sandbox.
+    """
+    spec = {"mode": "stdio", "solution": code, "stdin": [case["input"] for case in cases]}
+    result = await _sandbox(spec, len(cases), limits, mode)
+    scored = CodeResult(passed=0, total=len(cases), layers=result.get("layers", []))
+    for i, (raw, case) in enumerate(zip(result["runs"], cases, strict=True)):
+        run = _run_result(raw)
+        if run.ok and same_stdout(run.stdout, case["output"]):
+            scored.passed += 1
+            scored.details.append(f"case {i}: passed")
         else:
-            result.details.append(f"case {i}: {_why(run)}")
-    return result
+            scored.details.append(f"case {i}: {_why(run)}")
+    return scored
 
 
-async def verify_asserts(code: str, tests: list[str], *, limits: SandboxLimits = SandboxLimits()) -> CodeResult:
-    """Run `code`, then each test snippet (e.g. `assert add(1, 2) == 3`) in its namespace."""
-    run, marker = await run_python(code, tests=tests, limits=limits)
-    outcomes = dict(re.findall(rf"{marker} (\d+) (ok|fail)", run.stdout)) if marker else {}
-    result = CodeResult(passed=0, total=len(tests), clean=run.ok)
-    for i in range(len(tests)):
-        outcome = outcomes.get(str(i))
+async def verify_asserts(
+    code: str, tests: list[str], *, limits: SandboxLimits = SandboxLimits(), mode: str | None = None
+) -> CodeResult:
+    """Load `code`, then run each test snippet (e.g. `assert add(1, 2) == 3`) in the harness against it."""
+    result = await _sandbox({"mode": "asserts", "solution": code, "tests": tests}, len(tests), limits, mode)
+    return _scored(result, "test")
+
+
+async def verify_calls(
+    code: str,
+    fn_name: str,
+    cases: list[tuple[list[Any], Any]],
+    *,
+    limits: SandboxLimits = SandboxLimits(),
+    mode: str | None = None,
+) -> CodeResult:
+    """LiveCodeBench's call-based tests: `fn_name(*args)` (a method of `Solution` when it defines one) must equal
+    the expected value (tuples as lists; floats close), compared in the harness."""
+    spec = {
+        "mode": "calls",
+        "solution": code,
+        "fn_name": fn_name,
+        "cases": [{"args": args, "expected": expected} for args, expected in cases],
+    }
+    return _scored(await _sandbox(spec, len(cases), limits, mode), "case")
+
+
+def same_stdout(actual: str, expected: str) -> bool:
+    """LiveCodeBench's stdout comparison (NeMo Gym's `code_gen`): the same number of stripped lines, each equal,
+    or a case-insensitive yes/no, or the same numbers token by token (1e-6 tolerance where a token has `.`/`e`)."""
+    got, want = _stripped_lines(actual), _stripped_lines(expected)
+    if len(got) != len(want):
+        return False
+    return all(_same_line(g, w) for g, w in zip(got, want, strict=True))
+
+
+def _stripped_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.strip().split("\n")]
+
+
+def _same_line(got: str, want: str) -> bool:
+    if got == want or (got.lower() in ("yes", "no") and got.lower() == want.lower()):
+        return True
+    got_tokens, want_tokens = got.split(), want.split()
+    if len(got_tokens) != len(want_tokens):
+        return False
+    try:
+        pairs = [(Decimal(g), Decimal(w), g, w) for g, w in zip(got_tokens, want_tokens, strict=True)]
+    except InvalidOperation:
+        return False
+    tolerance = Decimal("1e-6")
+    for g, w, g_text, w_text in pairs:
+        if g == w:
+            continue
+        floating = any("." in t or "e" in t.lower() for t in (g_text, w_text))
+        if not floating or not (g.is_finite() and w.is_finite()):
+            return False
+        error = abs(g - w)
+        if error > tolerance and error / max(abs(w), Decimal(1)) > tolerance:
+            return False
+    return True
+
+
+def _run_result(raw: dict[str, Any]) -> RunResult:
+    return RunResult(
+        exit_code=raw["exit_code"],
+        stdout=raw["stdout"],
+        stderr=raw["stderr"][-4000:],
+        timed_out=raw["timed_out"],
+        output_exceeded=raw["output_exceeded"],
+        disk_exceeded=raw["disk_exceeded"],
+        wall_s=raw["wall_s"],
+    )
+
+
+def _scored(result: dict[str, Any], noun: str) -> CodeResult:
+    scored = CodeResult(passed=0, total=len(result["tests"]), layers=result.get("layers", []))
+    for i, (outcome, detail) in enumerate(result["tests"]):
         if outcome == "ok":
-            result.passed += 1
-            result.details.append(f"test {i}: passed")
+            scored.passed += 1
+            scored.details.append(f"{noun} {i}: passed")
         else:
-            result.details.append(f"test {i}: {'failed' if outcome else _why(run)}")
-    return result
-
-
-def _same_output(actual: str, expected: str) -> bool:
-    """Equal up to trailing whitespace on each line and trailing blank lines."""
-
-    def lines(text: str) -> list[str]:
-        return [line.rstrip() for line in text.strip("\n").splitlines()]
-
-    return lines(actual.rstrip()) == lines(expected.rstrip())
+            scored.details.append(f"{noun} {i}: {detail or 'failed'}")
+    return scored
 
 
 def _why(run: RunResult) -> str:
@@ -230,130 +309,179 @@ def _why(run: RunResult) -> str:
         return "timed out"
     if run.output_exceeded:
         return "output limit exceeded"
+    if run.disk_exceeded:
+        return "disk quota exceeded"
     if run.exit_code != 0:
         tail = run.stderr.strip().splitlines()[-1:] or [""]
         return f"exit code {run.exit_code} {tail[0][:200]}".strip()
     return "wrong output"
 
 
-async def _run(
-    code: str, *, stdin: str, tests: list[str] | None, limits: SandboxLimits, mode: str | None
-) -> tuple[RunResult, str | None]:
-    mode = mode or await asyncio.to_thread(isolation)  # probed once; off the loop
-    marker = f"@@{secrets.token_hex(16)}@@" if tests is not None else None
-    work = _make_work_dir()
+async def _sandbox(spec: dict[str, Any], runs: int, limits: SandboxLimits, mode: str | None) -> dict[str, Any]:
+    async with _semaphore():
+        chosen: str = mode if mode is not None else await asyncio.to_thread(isolation)  # probed once; off the loop
+        return await _start(spec, runs, limits, chosen)
+
+
+async def _start(spec: dict[str, Any], runs: int, limits: SandboxLimits, mode: str) -> dict[str, Any]:
+    if mode not in ("namespaces", "fallback"):
+        raise ValueError(f"isolation mode must be `namespaces` or `fallback`, got `{mode}`")
+    fallback = mode == "fallback"
+    work = _make_work_dir() if fallback else "/tmp"
+    spec = {
+        **spec,
+        "work_dir": work,
+        "cpu_s": limits.cpu_s,
+        "wall_s": limits.wall_s,
+        "memory_bytes": limits.memory_mb << 20,
+        "file_size_bytes": limits.file_size_mb << 20,
+        "max_processes": limits.max_processes,
+        "output_bytes": limits.output_bytes,
+        "max_message_bytes": 64 << 20,
+        "watch_disk_bytes": (limits.disk_mb << 20) if fallback else 0,
+        "max_files": limits.max_files,
+        "caller_pid": os.getpid() if fallback else 0,
+        "report_groups": fallback,
+        "runner_source": _source("_sandbox_runner.py"),
+        "confine_source": _source("_sandbox_confine.py"),
+    }
+    harness = [_python(), "-I", "-B", "-c", _source("_sandbox_harness.py")]
+    if fallback:
+        command = [*_identity(), *harness]
+    else:
+        command = [*_namespace_prefix(), "/bin/sh", "-c", _MOUNT_SCRIPT, "sandbox"]
+        command += [f"{limits.disk_mb}m", str(limits.max_files), *harness]
+    deadline = (limits.wall_s + 1.0) * max(1, runs) + 15.0  # every run's own deadline, plus start-up
     try:
-        work_path = Path(work)
-        (work_path / "solution.py").write_text(code)
-        shutil.copy(_HARNESS, work_path / "_harness.py")
-        spec = {
-            "mode": "asserts" if tests is not None else "stdio",
-            "tests": tests or [],
-            "solution": str(work_path / "solution.py"),
-            "work_dir": work,
-            "cpu_s": limits.cpu_s,
-            "memory_bytes": limits.memory_mb << 20,
-            "file_size_bytes": limits.file_size_mb << 20,
-            "max_processes": limits.max_processes,
-            "block_network": mode != "namespaces",
-        }
-        (work_path / "spec.json").write_text(json.dumps(spec))
-        command = [_python(), "-I", "-B", str(work_path / "_harness.py"), str(work_path / "spec.json")]
-        if mode == "namespaces":
-            command = [*_namespace_prefix(shutil.which("unshare") or "unshare"), work, *command]
-        command = [*_identity(), *command]
-        payload = (f"{marker}\n" if marker else stdin).encode()
-        return await _execute(command, work, payload, limits), marker
+        result = await _execute(command, work, json.dumps(spec).encode() + b"\n", deadline, fallback)
+        if "harness_error" in result:  # fail closed: whatever broke the harness, no verdict is no pass
+            why = f"harness error: {result['harness_error']}"
+            failed: dict[str, Any] = {"exit_code": None, "stdout": "", "stderr": why, "timed_out": False}
+            failed |= {"output_exceeded": False, "disk_exceeded": False, "wall_s": 0.0}
+            result |= {"tests": [["fail", why]] * runs, "runs": [failed] * runs}
+        return result
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if fallback:
+            shutil.rmtree(work, ignore_errors=True)
 
 
-async def _execute(command: list[str], work: str, payload: bytes, limits: SandboxLimits) -> RunResult:
+async def _execute(command: list[str], work: str, spec: bytes, deadline: float, fallback: bool) -> dict[str, Any]:
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
         *command,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        cwd=work,
+        cwd=work if fallback else "/",
         env=_minimal_env(work),
         start_new_session=True,  # its own process group, killed as a whole
+        limit=1 << 30,
     )
-    exceeded = asyncio.Event()
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None  # all three are PIPEs
-    stdin = proc.stdin
+    groups: list[int] = []
+    assert proc.stdout is not None and proc.stderr is not None  # both are PIPEs
 
-    async def feed() -> None:
-        try:
-            stdin.write(payload)
-            await stdin.drain()
-            stdin.close()
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+    async def stderr_lines() -> bytes:
+        tail = b""
+        assert proc.stderr is not None
+        async for line in proc.stderr:
+            if fallback and line.startswith(b"@@group "):
+                groups.append(int(line.split()[1]))
+            else:
+                tail = (tail + line)[-4000:]
+        return tail
 
-    async def capped(stream: asyncio.StreamReader) -> bytes:
-        chunks, size = [], 0
-        while chunk := await stream.read(65536):
-            size += len(chunk)
-            if size > limits.output_bytes:
-                exceeded.set()
-                _kill(proc)
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    readers = asyncio.gather(feed(), capped(proc.stdout), capped(proc.stderr), proc.wait())
-    timed_out = False
     try:
-        _, out, err, _ = await asyncio.wait_for(asyncio.shield(readers), timeout=limits.wall_s)
-    except TimeoutError:
-        timed_out = True
-        _kill(proc)
-        try:  # the pipes close once every process holding them is dead
-            _, out, err, _ = await asyncio.wait_for(readers, timeout=5)
-        except TimeoutError:
-            out, err = b"", b"(output lost: a process outside the sandbox's group kept the pipes open)"
+        out, err, _ = await asyncio.wait_for(
+            asyncio.gather(_feed_and_read(proc, spec), stderr_lines(), proc.wait()),
+            timeout=deadline,
+        )
+    except TimeoutError as e:
+        raise SandboxTimeout(
+            f"the sandbox gave no verdict within {deadline:.0f} s (every run's deadline summed)"
+        ) from e
     finally:
-        if proc.returncode is None:
-            _kill(proc)
-            await proc.wait()
-    _kill(proc)  # anything the code left behind in its group
-    return RunResult(
-        exit_code=proc.returncode,
-        stdout=out.decode(errors="replace"),
-        stderr=err.decode(errors="replace")[-4000:],
-        timed_out=timed_out,
-        output_exceeded=exceeded.is_set(),
-        wall_s=time.perf_counter() - started,
-    )
-
-
-def _kill(proc: asyncio.subprocess.Process) -> None:
+        await _stop(proc, groups, fallback)
+    lines = out.strip().splitlines()
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        result = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        result = None
+    if not isinstance(result, dict):
+        raise SandboxError(
+            f"the sandbox's harness gave no verdict (exit code {proc.returncode} after "
+            f"{time.perf_counter() - started:.1f} s): {err.decode(errors='replace').strip()[-500:]}"
+        )
+    return result
+
+
+async def _feed_and_read(proc: asyncio.subprocess.Process, spec: bytes) -> bytes:
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(spec)
+        await proc.stdin.drain()
+        proc.stdin.close()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    return await proc.stdout.read()
+
+
+async def _stop(proc: asyncio.subprocess.Process, groups: list[int], fallback: bool) -> None:
+    """End the harness and, in the fallback, every runner group it reported (whatever state it is in)."""
+    if proc.returncode is None:
+        if fallback:  # the harness kills its runners on SIGTERM; SIGKILL if it does not go
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 2.0)
+            except TimeoutError:
+                pass
+        _signal_group(proc.pid, signal.SIGKILL)
+        await proc.wait()
+    for pgid in groups:
+        _signal_group(pgid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _namespace_prefix(unshare: str) -> list[str]:
+@lru_cache(maxsize=4)
+def _source(name: str) -> str:
+    return (_HERE / name).read_text()
+
+
+def _make_work_dir() -> str:
+    """A fresh private directory the sandbox user owns (fallback only: a namespace gets its own tmpfs)."""
+    work = tempfile.mkdtemp(prefix="gs-sandbox-")
+    if os.geteuid() == 0:
+        os.chown(work, _NOBODY, _NOBODY)
+    os.chmod(work, 0o700)
+    return work
+
+
+def _namespace_prefix() -> list[str]:
+    unshare = shutil.which("unshare") or "unshare"
     return [
-        unshare, "--user", "--map-root-user", "--net", "--mount", "--propagation", "private",
+        *_identity(), unshare, "--user", "--map-root-user", "--net", "--mount", "--propagation", "private",
         "--pid", "--fork", "--kill-child", "--mount-proc",
-        "sh", "-c", _MOUNT_SCRIPT, "sandbox",
     ]  # fmt: skip
 
 
 def _identity() -> list[str]:
-    """Run as `nobody` when we are root: the kernel exempts root from `RLIMIT_NPROC`.
+    """`setpriv`: die with the verifier (a parent-death signal), and run as `nobody` when we are root.
 
-    A `setpriv` prefix rather than Popen's `user=`: uvloop (Serve's event loop) does not take `user=`.
+    `setpriv` rather than Popen's `user=`/`preexec_fn`: uvloop (Serve's event loop) takes neither.
+    Root would also be exempt from `RLIMIT_NPROC`.
     """
-    if os.geteuid() != 0:
-        return []
     setpriv = shutil.which("setpriv")
     if setpriv is None:
-        raise RuntimeError("running as root needs `setpriv` (util-linux) to drop to `nobody` in the sandbox")
-    return [setpriv, f"--reuid={_NOBODY}", f"--regid={_NOBODY}", "--clear-groups"]
+        raise RuntimeError("the code sandbox needs `setpriv` (util-linux)")
+    prefix = [setpriv, "--pdeathsig", "KILL"]
+    if os.geteuid() == 0:
+        prefix += [f"--reuid={_NOBODY}", f"--regid={_NOBODY}", "--clear-groups"]
+    return prefix
 
 
 def _minimal_env(work: str) -> dict[str, str]:

@@ -12,7 +12,8 @@ so nothing is downloaded at run time:
 - words are runs of letters, digits and `_` (IFEval's `RegexpTokenizer(r"\\w+")`);
 - sentences come from `split_sentences`, a small rule-based splitter, not nltk's punkt;
 - `change_case:english_capital/lowercase` check the case only (IFEval also asks
-  langdetect whether the text is English); `language:response_language` is left out;
+  langdetect whether the text is English, and langdetect calls all-capital English
+  German or Dutch: `THIS IS AN ENGLISH SENTENCE` is `de`);
 - keywords, forbidden words and section splitters are matched literally (IFEval
   passes them to `re` unescaped, so `c++` would be a regex there).
 
@@ -22,6 +23,10 @@ its first line, its last line, or both removed; and each of those with every `*`
 removed (so a markdown wrapper or a "Sure, here it is:" line does not fail it). An
 empty response follows nothing. This module is long because it holds the whole
 registry: one short class per instruction, each read on its own.
+
+The registry holds all 54 ids NeMo Gym's `instruction_following` server accepts: IFEval's
+25 here, and open-instruct's IFTrain set (`copy:*`, `count:*`, `first_word:*`, `letters:*`,
+`paragraphs:*`, ...) plus `language:response_language` in `_instructions_open`.
 """
 
 from __future__ import annotations
@@ -554,3 +559,6 @@ def verify_instructions(
 ) -> FollowResult:
     """`check_instructions` on a row's `instruction_id_list` and `kwargs`."""
     return check_instructions(response, make_instructions(instruction_ids, kwargs))
+
+
+from . import _instructions_open  # noqa: E402,F401  (registers NeMo Gym's ids beyond IFEval's)

@@ -96,13 +96,15 @@ def verify_json(
     schema: Mapping[str, Any] | bool | str,
     *,
     strict: bool = False,
+    lenient_parse: bool = False,
     max_chars: int = MAX_CHARS,
     max_depth: int = MAX_DEPTH,
 ) -> JsonSchemaResult:
     """Score `text` against `schema` (a dict, or its JSON text as in NeMo Gym's `schema_str`).
 
     `strict` first applies `strictify` (NeMo Gym's scoring: every declared property
-    required, no others allowed). Raises `InvalidSchemaError` for a bad schema.
+    required, no others allowed). `lenient_parse` also looks for the JSON in a fence or in
+    prose (see the module docstring). Raises `InvalidSchemaError` for a bad schema.
     """
     validator = load_schema(schema, strict=strict)
     if not text.strip():
@@ -112,7 +114,7 @@ def verify_json(
             0.0, error_type="too_large", error=f"the answer is {len(text)} characters; at most {max_chars} are parsed"
         )
     try:
-        value = extract_json(text)
+        value = extract_json(text) if lenient_parse else _whole(text)
     except JsonParseError as e:
         return JsonSchemaResult(0.0, error_type="parse_error", error=str(e))
     depth = _depth(value, max_depth)
@@ -137,6 +139,15 @@ def verify_json(
         error=f"{message} at {first.json_path}{more}",
         error_path=first.json_path,
     )
+
+
+def _whole(text: str) -> Any:
+    try:
+        return _loads(text.strip())
+    except ValueError as e:
+        raise JsonParseError(
+            f"the answer is not JSON as a whole ({_describe(e)}); a fence or prose around it is not allowed"
+        ) from None
 
 
 def extract_json(text: str) -> Any:

@@ -1,68 +1,89 @@
-"""Math answers: extract the final answer, decide equivalence with `math-verify`, never stall the caller.
+"""Math answers scored as NeMo Gym's `math_with_judge` scores them (its library path), never stalling the caller.
 
-Extraction, in order: the last `\\boxed{...}` (nested braces allowed), then
-"the answer is X", then the last number in the text. Equivalence is
-math-verify's (fractions, LaTeX, numbers, intervals, sets). Parsing an
-adversarial expression can take unbounded time, so it runs in a worker
-process with a deadline; a worker that overruns is killed and replaced, and
-the answer scores 0 with `timed_out` set.
+- The answer must be boxed: a text without a complete, non-blank `\\boxed{...}` scores 0
+  and math-verify is not called ("The answer is 4" is not an answer to a boxed-answer task).
+- Equivalence is math-verify's, called as NeMo Gym calls it: the reference (outer `$...$` or
+  `\\(...\\)` removed) is parsed as `\\boxed{reference}` with LaTeX extraction, the whole text
+  with expression and LaTeX extraction, at 6-digit precision. A reference math-verify cannot
+  parse scores 0, as there.
+- `extracted_answer` is NeMo Gym's: the first extracted prediction that verifies, else the first.
+
+Rewards must not depend on how busy the machine is. math-verify bounds its own parse and
+compare with 5 s alarms that turn into a silent 0; here those are off, and the whole check
+runs in a worker process under one deadline (`timeout_s`, 10 s by default as NeMo Gym's
+`library_verifier_timeout_seconds`). A check that overruns it is *not* scored: the result says
+`timed_out` (the environment turns that into a `verifier_timeout` failure), and the worker is
+killed and replaced, so an adversarial expression cannot stall the replica.
 """
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import re
+import weakref
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-__all__ = ["MathResult", "extract_answer", "is_equivalent", "verify_math"]
+__all__ = ["DEFAULT_TIMEOUT_S", "MathResult", "extract_answer", "is_equivalent", "verify_math"]
 
-_ANSWER_IS = re.compile(r"answer\s*(?:is|:)\s*\$?([^\n$]+?)\$?\s*(?:\.|$)", re.I | re.M)
-_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
+DEFAULT_TIMEOUT_S = 10.0
+"""NeMo Gym's `library_verifier_timeout_seconds` default."""
 
 
 @dataclass(frozen=True)
 class MathResult:
+    """`reward` is meaningful only when `timed_out` is False."""
+
     reward: float
     extracted_answer: str | None
     timed_out: bool = False
 
 
 def extract_answer(text: str) -> str | None:
-    """The final answer in a model's text, or None."""
-    boxed = _last_boxed(text)
-    if boxed is not None:
-        return boxed.strip()
-    said = _ANSWER_IS.findall(text)
-    if said:
-        return said[-1].strip()
-    numbers = _NUMBER.findall(text)
-    return numbers[-1].replace(",", "") if numbers else None
-
-
-def _last_boxed(text: str) -> str | None:
+    """The contents of the last complete `\\boxed{...}` (nested braces counted), or None."""
     start = text.rfind("\\boxed{")
     if start < 0:
         return None
-    depth, i = 0, start + len("\\boxed{") - 1
-    for j in range(i, len(text)):
-        if text[j] == "{":
+    depth, begin = 1, start + len("\\boxed{")
+    for i in range(begin, len(text)):
+        if text[i] == "{":
             depth += 1
-        elif text[j] == "}":
+        elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[i + 1 : j]
+                return text[begin:i]
     return None
 
 
-def is_equivalent(expected: str, answer: str) -> bool:
-    """math-verify's judgement (runs in the calling process: use `verify_math` from servers)."""
-    from math_verify import parse, verify
+def _strip_delimiters(expected: str) -> str:
+    expected = expected.strip()
+    if expected.startswith("\\(") and expected.endswith("\\)"):
+        expected = expected[2:-2].strip()
+    if expected.startswith("$") and expected.endswith("$") and len(expected) > 1:
+        expected = expected[1:-1].strip()
+    return expected
 
-    gold = parse(f"${expected}$")
-    guess = parse(f"${answer}$")
-    return bool(gold) and bool(guess) and bool(verify(gold, guess))
+
+def is_equivalent(expected: str, text: str) -> tuple[bool, str | None]:
+    """math-verify's verdict on `text` against `expected`, and the extracted answer (runs here: use `verify_math`)."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, grader, parse, parser, verify
+
+    parser.TIMEOUT_WARNING_SHOWN = grader.TIMEOUT_WARNING_SHOWN = True  # the deadline is ours, as it warns
+    gold = parse("\\boxed{" + _strip_delimiters(expected) + "}", [LatexExtractionConfig()], parsing_timeout=None)
+    predictions = parse(text, [ExprExtractionConfig(), LatexExtractionConfig()], parsing_timeout=None)
+    first = str(predictions[0]) if predictions else None
+    if not gold:
+        return False, None
+    for prediction in predictions:
+        if verify(gold, prediction, float_rounding=6, timeout_seconds=None):
+            return True, str(prediction)
+    return False, first
+
+
+def _ready() -> bool:
+    import math_verify  # noqa: F401  (preloaded by the fork server: this is instant in a warm worker)
+
+    return True
 
 
 class _Workers:
@@ -94,19 +115,33 @@ class _Workers:
 
 
 _workers = _Workers()
+_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
-async def verify_math(text: str, expected: str, *, timeout_s: float = 5.0) -> MathResult:
-    """Reward 1.0 when the final answer in `text` equals `expected` (math-verify), else 0.0."""
-    answer = extract_answer(text)
-    if answer is None:
+def _turn() -> asyncio.Semaphore:
+    """One check at a time in the worker: the deadline times the check, never its wait in a queue,
+    and killing an overrunning worker kills no other caller's check. One semaphore per event loop."""
+    loop = asyncio.get_running_loop()
+    if loop not in _turns:
+        _turns[loop] = asyncio.Semaphore(1)
+    return _turns[loop]
+
+
+async def verify_math(text: str, expected: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> MathResult:
+    """Reward 1.0 when the boxed answer in `text` equals `expected` (math-verify), else 0.0; see the module doc."""
+    boxed = extract_answer(text)
+    if boxed is None or not boxed.strip():
         return MathResult(0.0, None)
     loop = asyncio.get_running_loop()
-    try:
-        same = await asyncio.wait_for(
-            loop.run_in_executor(_workers.pool(), is_equivalent, expected, answer), timeout_s
-        )
-    except TimeoutError:
-        _workers.reset()
-        return MathResult(0.0, answer, timed_out=True)
-    return MathResult(1.0 if same else 0.0, answer)
+    async with _turn():
+        # a worker first (the fork server's start and math-verify's import, seconds on a busy machine): the
+        # deadline times the check alone
+        await loop.run_in_executor(_workers.pool(), _ready)
+        try:
+            same, extracted = await asyncio.wait_for(
+                loop.run_in_executor(_workers.pool(), is_equivalent, expected, text), timeout_s
+            )
+        except TimeoutError:
+            _workers.reset()
+            return MathResult(0.0, boxed, timed_out=True)
+    return MathResult(1.0 if same else 0.0, extracted)

@@ -53,6 +53,7 @@ from gym_serve.deployments.ingress.idempotency import IdempotencyCache, Idempote
 from gym_serve.deployments.ingress.prometheus import RolloutMetrics
 from gym_serve.serving.batching import MicroBatcher, agent_batcher
 from gym_serve.wire.chat import chat_request_to_responses, responses_response_to_chat
+from gym_serve.wire.responses import row_problems
 
 __all__ = ["IngressArgs", "build_ingress"]
 
@@ -85,9 +86,9 @@ class RolloutsRequest(BaseModel):
     rows: list[dict[str, Any]] = Field(min_length=1)
     num_repeats: int = Field(default=1, ge=1)
     group_size: int | None = Field(default=None, ge=1, description="Send each task's rollouts together, in groups.")
-    temperature: float | None = None
-    top_p: float | None = None
-    max_output_tokens: int | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    max_output_tokens: int | None = Field(default=None, ge=1)
     idempotency_key: str | None = Field(
         default=None,
         min_length=1,
@@ -235,9 +236,18 @@ class Ingress:
         except json.JSONDecodeError as e:
             return _error(400, f"body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}")
 
-    def _agent_of(self, row: Any) -> str | JSONResponse:
-        if not isinstance(row, dict) or not isinstance(row.get("responses_create_params"), dict):
-            return _error(400, "a row must be an object with `responses_create_params`")
+    def _agent_of(self, row: Any, where: str = "") -> str | JSONResponse:
+        """The row's agent, or the 4xx that names what is wrong with the row (validated here, once)."""
+        problems = row_problems(row)
+        if problems:
+            fields = [f"{where}{field}" for field, _ in problems]
+            message = "; ".join(f"`{f}`: {m}" for f, (_, m) in zip(fields, problems, strict=True))
+            return _error(
+                422,
+                f"invalid row: {message}",
+                field=fields[0],
+                problems=[{"field": f, "error": m} for f, (_, m) in zip(fields, problems, strict=True)],
+            )
         name = (row.get("agent_ref") or {}).get("name") or self.args.default_agent
         if name not in self.args.agents:
             return _error(404, f"unknown agent `{name}`; deployed: {', '.join(self.args.agents)}")
@@ -301,7 +311,8 @@ class Ingress:
             job = RolloutsRequest.model_validate(body)
         except ValidationError as e:
             err = e.errors()[0]
-            return _error(400, f"`{'.'.join(map(str, err['loc']))}`: {err['msg']}")
+            field = ".".join(map(str, err["loc"]))
+            return _error(400, f"`{field}`: {err['msg']}", field=field)
         overrides = {
             k: v
             for k, v in job.model_dump(include={"temperature", "top_p", "max_output_tokens"}).items()
@@ -309,11 +320,13 @@ class Ingress:
         }
         work: list[tuple[str, dict[str, Any]]] = []
         for index, row in enumerate(job.rows):
-            agent = self._agent_of(row)
+            if overrides and isinstance(row.get("responses_create_params"), dict):  # what runs is what is checked
+                row = {**row, "responses_create_params": {**row["responses_create_params"], **overrides}}
+            agent = self._agent_of(row, f"rows.{index}.")
             if isinstance(agent, JSONResponse):
                 return agent
             task = row.get("_ng_task_index", index)
-            params = {**row["responses_create_params"], **overrides}
+            params = row["responses_create_params"]
             for k in range(job.num_repeats):
                 work.append(
                     (

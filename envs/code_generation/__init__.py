@@ -1,20 +1,43 @@
-"""Write a Python program; the reward runs it against the task's tests in a sandbox.
+"""Write a Python program; the reward runs it against the task's tests in a sandbox it cannot game.
 
-Rows carry either `tests` (assert statements run after the solution, as in
-MBPP/HumanEval-style data) or `cases` (`{"input", "output"}` stdin/stdout
-pairs, as in competitive-programming data such as NeMo Gym's code_gen /
-LiveCodeBench). The solution is the last fenced code block of the final answer.
+Rows carry their tests in one of these fields (a row with none is bad input, never a 0):
 
-Reward: 1.0 when every test passes (0.0 otherwise); `fraction_passed`,
-`tests_passed` and `tests_total` are added to the rollout row.
+- `tests`: assert snippets (MBPP/HumanEval style), run one by one against the solution;
+- `cases`: `{"input", "output"}` stdin/stdout pairs;
+- `verifier_metadata.unit_tests` (NeMo Gym's `code_gen`, LiveCodeBench): `inputs`/`outputs`, plain or
+  `packed` (base64 of zlib of their JSON), with `fn_name` for call-based tests (each input line one
+  JSON argument, the output JSON); scored with LiveCodeBench's rules and imports, as NeMo Gym does;
+- `verifier_metadata.test`: test code (asserts, or unittest `TestCase`s, which are run).
+
+The solution is the code between the last two ``` lines of the final answer (NeMo Gym's rule).
+An answer whose final text holds a `<think>` tag scores 0 (NeMo Gym's `reasoning_format_penalty`).
+Reward: 1.0 when every test passes, else 0.0; `fraction_passed`, `tests_passed`, `tests_total`,
+`extracted_code` and the sandbox's `sandbox_layers` are added to the rollout row. A sandbox
+that gives no verdict fails the rollout (`verifier_error`, or `verifier_timeout` if it stalled).
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+import base64
+import json
+import zlib
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from gym_serve import Environment, Response, Task, Verdict
-from gym_serve.verifiers.code import SandboxLimits, extract_code, verify_asserts, verify_stdio
+from gym_serve.errors import VerifierTimeoutError, VerifyError
+from gym_serve.verifiers import code as sandbox
+from gym_serve.verifiers.code import SandboxLimits, extract_code
+
+LCB_PRELUDE = "\n".join(
+    [f"from {m} import *" for m in "string re datetime collections heapq bisect copy math random statistics".split()]
+    + [f"from {m} import *" for m in "itertools functools operator io sys json builtins typing".split()]
+    + [f"import {m}" for m in "string re datetime collections heapq bisect copy math random statistics".split()]
+    + [f"import {m}" for m in "itertools functools operator io sys json".split()]
+    + ["sys.setrecursionlimit(50000)", "sys.set_int_max_str_digits(1 << 20)", ""]
+)
+"""The imports LiveCodeBench (and so NeMo Gym's `code_gen`) puts before a solution: `List`, `sqrt`, `deque`..."""
 
 
 class Case(BaseModel):
@@ -22,33 +45,89 @@ class Case(BaseModel):
     output: str
 
 
+class UnitTests(BaseModel):
+    """NeMo Gym's (LiveCodeBench's) tests."""
+
+    inputs: list[str]
+    outputs: list[str]
+    fn_name: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unpack(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "packed" in data:
+            unpacked = json.loads(zlib.decompress(base64.b64decode(data["packed"])))
+            return {"inputs": unpacked["inputs"], "outputs": unpacked["outputs"], "fn_name": data.get("fn_name")}
+        return data
+
+    @model_validator(mode="after")
+    def _paired(self) -> UnitTests:
+        if len(self.inputs) != len(self.outputs):
+            raise ValueError(f"`unit_tests` has {len(self.inputs)} inputs but {len(self.outputs)} outputs")
+        return self
+
+
 class CodeTask(Task):
     tests: list[str] | None = None
-    """Assert-style test snippets, run one by one in the solution's namespace."""
+    """Assert-style test snippets, run one by one against the solution."""
     cases: list[Case] | None = None
     """Stdin/stdout cases: the program reads `input` and must print `output`."""
+    unit_tests: UnitTests | None = None
+    """NeMo Gym's `verifier_metadata.unit_tests` (lifted from there)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_verifier_metadata(cls, data: Any) -> Any:
+        meta = data.get("verifier_metadata") if isinstance(data, dict) else None
+        if not isinstance(meta, dict):
+            return data
+        lifted = dict(data)
+        if meta.get("unit_tests") is not None and "unit_tests" not in data:
+            lifted["unit_tests"] = meta["unit_tests"]
+        if isinstance(meta.get("test"), str) and meta["test"].strip() and not data.get("tests"):
+            lifted["tests"] = [meta["test"]]
+        return lifted
+
+    @model_validator(mode="after")
+    def _has_tests(self) -> CodeTask:
+        if not (self.tests or self.cases or (self.unit_tests and self.unit_tests.inputs)):
+            raise ValueError(
+                "the row has no tests: give `tests`, `cases`, or `verifier_metadata.unit_tests` / "
+                "`verifier_metadata.test` (a row without tests cannot score anything)"
+            )
+        return self
 
 
 class CodeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     cpu_s: int = 5
     wall_s: float = 10.0
     memory_mb: int = 512
+    disk_mb: int = 64
+    isolation: Literal["namespaces", "fallback"] | None = None
+    """Force an isolation mode (default: namespaces where the kernel allows them)."""
 
 
 class CodeGeneration(Environment):
     Task = CodeTask
-    verify_budget_s = 15.0  # hostile code runs until the sandbox's wall limit (10 s by default), plus start-up
     Config = CodeConfig
+    verify_budget_s = 15.0  # hostile code runs until the sandbox's wall limit (10 s by default), plus start-up
+    verify_timeout_s = 900.0  # the sandbox bounds itself: (wall_s + 1) per test, plus start-up
 
     async def verify(self, task: CodeTask, response: Response, state: None) -> Verdict:
-        code = extract_code(response.output_text())
-        if code is None:
-            return Verdict(reward=0.0, fields={"extracted_code": None, "fraction_passed": 0.0})
-        limits = SandboxLimits(cpu_s=self.config.cpu_s, wall_s=self.config.wall_s, memory_mb=self.config.memory_mb)
-        if task.cases:
-            result = await verify_stdio(code, [c.model_dump() for c in task.cases], limits=limits)
-        else:
-            result = await verify_asserts(code, task.tests or [], limits=limits)
+        text = response.output_text()
+        code = extract_code(text) if text.strip() else None
+        if code is None or not code.strip():
+            return Verdict(reward=0.0, fields={"extracted_code": code, "fraction_passed": 0.0})
+        if "<think>" in text or "</think>" in text:
+            return Verdict(reward=0.0, fields={"extracted_code": code, "reasoning_format_violation": True})
+        try:
+            result = await self._run(task, code)
+        except sandbox.SandboxTimeout as e:
+            raise VerifierTimeoutError(f"code_generation: {e}") from e
+        except sandbox.SandboxError as e:
+            raise VerifyError(f"code_generation: {e}") from e
         return Verdict(
             reward=result.reward,
             components={"fraction_passed": result.fraction},
@@ -57,5 +136,26 @@ class CodeGeneration(Environment):
                 "fraction_passed": result.fraction,
                 "tests_passed": result.passed,
                 "tests_total": result.total,
+                "sandbox_layers": result.layers,
             },
         )
+
+    async def _run(self, task: CodeTask, code: str) -> sandbox.CodeResult:
+        config = self.config
+        limits = SandboxLimits(
+            cpu_s=config.cpu_s, wall_s=config.wall_s, memory_mb=config.memory_mb, disk_mb=config.disk_mb
+        )
+        mode = config.isolation
+        if task.unit_tests is not None and task.unit_tests.inputs:
+            tests = task.unit_tests
+            if tests.fn_name is None:
+                cases = [{"input": i, "output": o} for i, o in zip(tests.inputs, tests.outputs, strict=True)]
+                return await sandbox.verify_stdio(LCB_PRELUDE + code, cases, limits=limits, mode=mode)
+            calls = [
+                ([json.loads(line) for line in i.split("\n")], json.loads(o))
+                for i, o in zip(tests.inputs, tests.outputs, strict=True)
+            ]
+            return await sandbox.verify_calls(LCB_PRELUDE + code, tests.fn_name, calls, limits=limits, mode=mode)
+        if task.cases:
+            return await sandbox.verify_stdio(code, [c.model_dump() for c in task.cases], limits=limits, mode=mode)
+        return await sandbox.verify_asserts(code, task.tests or [], limits=limits, mode=mode)

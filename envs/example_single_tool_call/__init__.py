@@ -6,8 +6,13 @@ with the `get_weather` tool and no task fields).
 Reward:
 - the model called `get_weather`: 1.0 if its final answer names the weather the
   tool reported (e.g. "cold"), else 0.0;
-- it did not: 1.0 unless the answer states a weather it never looked up
-  (a hallucination), as when it asks which city the user means.
+- it did not: 1.0 only when the answer asks the user where they are (which
+  city or location), states no weather it never looked up (a hallucination), and is not a
+  non-answer (empty, "I don't know", the question echoed back).
+
+NeMo Gym's version pays 1.0 for any `get_weather` call, whatever the answer says
+next; here the answer must report what the tool said (the recorded NeMo Gym
+rollouts score the same either way).
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ import re
 import zlib
 
 from gym_serve import Environment, Response, Task, tool
+from gym_serve.verifiers.non_answer import is_non_answer
 
 CONDITIONS = ("sunny", "cold", "rainy", "windy", "warm", "foggy", "snowy", "humid")
 _KNOWN = {"san francisco": "cold", "sf": "cold", "seattle": "rainy", "phoenix": "sunny", "chicago": "windy"}
+_PLACE = re.compile(r"\b(cit(y|ies)|town|location|where)\b")
+_ASKING = re.compile(r"\?|\b(please|could you|can you|tell me|let me know|specify|provide|which)\b")
 
 
 def weather_in(city: str) -> str:
@@ -47,7 +55,9 @@ class Weather(Environment):
         if reported:
             return 1.0 if reported[-1] in answer else 0.0
         hallucinated = any(re.search(rf"\b{c}\b", answer) for c in CONDITIONS)
-        return 0.0 if hallucinated or not answer.strip() else 1.0
+        asks_where = _PLACE.search(answer) is not None and _ASKING.search(answer) is not None
+        question = task.prompt_text() if task is not None else ""
+        return 1.0 if asks_where and not hallucinated and not is_non_answer(answer, question) else 0.0
 
 
 def _condition(output: str) -> str | None:

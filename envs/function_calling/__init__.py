@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from gym_serve import Environment, Response, Task, Verdict
+from gym_serve.verifiers.non_answer import is_non_answer
 from gym_serve.verifiers.tool_calls import compare_calls
 
 
@@ -52,6 +53,18 @@ class FunctionCalling(Environment):
             tools=task.responses_create_params.get("tools") or [],
             lenient=self.config.lenient,
         )
+        if not calls and is_non_answer(response.output_text(), task.prompt_text()):
+            # "call nothing" is right only with a reply: an empty or refusing one is no answer (NeMo Gym pays it)
+            return Verdict(
+                reward=0.0,
+                fields={
+                    "num_expected": len(task.expected_answers),
+                    "num_predicted": 0,
+                    "num_correct": 0,
+                    "predicted_calls": [],
+                    "non_answer": True,
+                },
+            )
         return Verdict(
             reward=result.reward,
             fields={

@@ -21,6 +21,7 @@ from pydantic import ValidationInfo, field_validator, model_validator
 
 from gym_serve import Environment, Response, Task, Verdict
 from gym_serve.verifiers.instruction_following import check_instructions, make_instructions
+from gym_serve.verifiers.non_answer import is_non_answer
 
 
 class InstructionTask(Task):
@@ -51,7 +52,12 @@ class InstructionFollowing(Environment):
     Task = InstructionTask
 
     async def verify(self, task: InstructionTask, response: Response, state: None) -> Verdict:
-        result = check_instructions(response.output_text(), make_instructions(task.instruction_id_list, task.kwargs))
+        text = response.output_text()
+        if is_non_answer(text, task.prompt_text()):  # "i don't know" is lowercase and short: it follows nothing asked
+            count = len(task.instruction_id_list)
+            fields = {"follow_all_instructions": False, "follow_instruction_list": [False] * count, "non_answer": True}
+            return Verdict(reward=0.0, fields=fields)
+        result = check_instructions(text, make_instructions(task.instruction_id_list, task.kwargs))
         reward = (
             float(result.prompt_level_strict) if task.grading_mode == "binary" else result.instruction_level_strict
         )

@@ -63,7 +63,7 @@ async def test_verifier_metadata_layout_is_read() -> None:
 @pytest.mark.parametrize(
     ("fields", "says"),
     [
-        ({"instruction_id_list": ["paragraphs:paragraphs"], "kwargs": [{}]}, "`paragraphs:paragraphs`: unknown"),
+        ({"instruction_id_list": ["paragraphs:paragraphz"], "kwargs": [{}]}, "`paragraphs:paragraphz`: unknown"),
         (
             {"kwargs": [{"num_words": 5}, None]}
             | {"instruction_id_list": ["length_constraints:number_words", "startend:quotation"]},

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from gym_serve import Environment, Response, Task, Verdict, errors
 from gym_serve.verifiers.llm_judge import Judge, JudgeError, judge_equivalence
+from gym_serve.verifiers.non_answer import is_non_answer
 
 
 class QaTask(Task):
@@ -47,7 +48,11 @@ class _HandleJudge:
         self._handle = serve.get_deployment_handle("Model", app_name=app)
 
     async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
-        return await self._handle.responses.remote(request, session)
+        try:
+            return await self._handle.responses.remote(request, session)
+        except Exception as e:  # Ray's wrapper carries the replica's traceback: name the judge's own error only
+            cause = getattr(e, "cause", None) or e
+            raise RuntimeError(f"{type(cause).__name__}: {str(cause).strip()[:300]}") from None
 
 
 class LlmJudgeQa(Environment):
@@ -69,6 +74,8 @@ class LlmJudgeQa(Environment):
 
     async def verify(self, task: QaTask, response: Response, state: None) -> Verdict:
         answer = response.output_text()
+        if is_non_answer(answer, task.question):  # nothing for a judge to weigh
+            return Verdict(reward=0.0, fields={"judge_text": None, "non_answer": True})
         try:
             verdict = await judge_equivalence(
                 self.judge(),

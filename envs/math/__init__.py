@@ -1,16 +1,21 @@
-"""Math word problems, single turn: the final answer must equal `expected_answer` (math-verify).
+"""Math word problems, single turn: the boxed answer must equal `expected_answer` (math-verify), as NeMo Gym scores.
 
 Rows are NeMo Gym's math rows (`math_with_judge` and friends): the prompt in
 `responses_create_params`, the reference in `expected_answer`. The reward is
-1.0 when the last `\\boxed{}` (else "the answer is", else the last number)
-is mathematically equivalent to it; `extracted_answer` is reported, and
-profiles use it for majority@k.
+`gym_serve.verifiers.math`'s: 0 without a `\\boxed{}`, else math-verify's
+equivalence of the text with the reference (NeMo Gym's library path, no judge).
+`extracted_answer` is reported, and profiles use it for majority@k.
+
+A check that does not finish within `verify_timeout_s` (10 s, NeMo Gym's
+default; set it per deployment) fails the rollout as `verifier_timeout`
+(masked): a busy machine never turns a right answer into a 0.
 """
 
 from __future__ import annotations
 
 from gym_serve import Environment, Response, Task, Verdict
-from gym_serve.verifiers.math import verify_math
+from gym_serve.errors import VerifierTimeoutError
+from gym_serve.verifiers.math import DEFAULT_TIMEOUT_S, verify_math
 
 
 class MathTask(Task):
@@ -20,10 +25,13 @@ class MathTask(Task):
 class Math(Environment):
     Task = MathTask
     answer_key = "extracted_answer"
+    verify_timeout_s = DEFAULT_TIMEOUT_S
 
     async def verify(self, task: MathTask, response: Response, state: None) -> Verdict:
-        result = await verify_math(response.output_text(), task.expected_answer)
-        return Verdict(
-            reward=result.reward,
-            fields={"extracted_answer": result.extracted_answer, "verify_timed_out": result.timed_out},
-        )
+        result = await verify_math(response.output_text(), task.expected_answer, timeout_s=self.verify_timeout_s)
+        if result.timed_out:
+            raise VerifierTimeoutError(
+                f"math-verify did not decide `{result.extracted_answer}` against `{task.expected_answer}` "
+                f"within {self.verify_timeout_s:g} s (`verify_timeout_s`)"
+            )
+        return Verdict(reward=result.reward, fields={"extracted_answer": result.extracted_answer})

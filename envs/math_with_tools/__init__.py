@@ -5,8 +5,7 @@ may call `python(code)`, which runs the code in the code verifier's sandbox
 (no network, limits, throwaway dir) and returns what it printed; it can call
 it several times before answering.
 
-Reward: 1.0 when the final answer's number (`\\boxed{}` if present, else the
-last number in the answer) equals `expected_answer` (fractions allowed,
+Reward: 1.0 when the number in the final answer's last `\\boxed{}` equals `expected_answer` (fractions allowed,
 relative tolerance 1e-6), else 0.0. `extracted_answer` and `tool_calls` are
 added to the rollout row.
 """
@@ -28,9 +27,9 @@ class MathTask(Task):
 
 
 def extract_number(text: str) -> str | None:
+    """The number in the last `\\boxed{}`; no box, no answer (the last number of the text could be the question's)."""
     boxed = re.findall(r"\\boxed\{([^{}]*)\}", text)
-    source = boxed[-1] if boxed else text
-    numbers = re.findall(_NUMBER, source)
+    numbers = re.findall(_NUMBER, boxed[-1]) if boxed else []
     return numbers[-1].replace(",", "") if numbers else None
 
 
@@ -52,7 +51,7 @@ class MathWithTools(Environment):
         Args:
             code: A complete Python program; print the values you need.
         """
-        run, _ = await run_python(code, limits=LIMITS)
+        run = await run_python(code, limits=LIMITS)
         out = run.stdout
         if run.timed_out:
             out += "\n[timed out]"

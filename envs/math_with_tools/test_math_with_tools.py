@@ -12,7 +12,8 @@ ENV, CONFIG = MathWithTools, None
 
 def test_answer_extraction_and_comparison() -> None:
     assert extract_number("so 12 apples, then \\boxed{1,389.15}") == "1389.15"
-    assert extract_number("first 3, finally 42") == "42"
+    assert extract_number("first 3, finally 42") is None  # accepted before; the last number may be the question's
+    assert extract_number("A train goes 120 km in 2 hours.") is None
     assert same_number("0.5", "1/2") and same_number("1389.15", "1389.150") and not same_number("1380", "1389.15")
 
 
@@ -30,7 +31,7 @@ async def test_the_python_tool_runs_sandboxed() -> None:
     ]
     outputs, _ = await runner.call_tools(calls, None)
     assert outputs[0]["output"].strip() == "42"
-    assert "unreachable" in outputs[1]["output"].lower() or "disabled" in outputs[1]["output"]
+    assert "operation not permitted" in outputs[1]["output"].lower()  # seccomp refuses `socket()`
     assert "ZeroDivisionError" in outputs[2]["output"]
 
 

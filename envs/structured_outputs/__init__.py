@@ -3,12 +3,12 @@
 Rows are NeMo Gym's `structured_outputs` rows: the schema as JSON text in
 `schema_str` (its older datasets call the field `schema`; both load) and
 `schema_type` (only `json` is scored here). The reward is
-`gym_serve.verifiers.json_schema`'s: 1.0 when the answer (bare JSON, the last ```json
-block, or the last JSON object in the prose) parses and validates, else 0.0.
-By default the schema is made strict first, as NeMo Gym scores (every
-declared property required, no others); `config: {strict: false}` uses the
-schema as written. `error_type`, `error_message` and `error_path` say why a
-rollout scored 0.
+`gym_serve.verifiers.json_schema`'s, as NeMo Gym scores: 1.0 when the whole answer
+is JSON that validates, else 0.0 (JSON in a fence or in prose is a `parse_error`;
+`config: {lenient_parse: true}` accepts those, explicitly). The schema is made
+strict first (every declared property required, no others); `config: {strict:
+false}` uses it as written. `error_type`, `error_message` and `error_path` say why
+a rollout scored 0.
 """
 
 from __future__ import annotations
@@ -49,6 +49,9 @@ class StructuredOutputsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     strict: bool = Field(default=True, description="Require every declared property and no others (NeMo Gym's).")
+    lenient_parse: bool = Field(
+        default=False, description="Also read JSON from a ```json fence or from prose (NeMo Gym does not)."
+    )
     max_chars: int = Field(default=MAX_CHARS, ge=1, description="Longer answers score 0 unparsed.")
 
 
@@ -58,7 +61,11 @@ class StructuredOutputs(Environment):
 
     async def verify(self, task: SchemaTask, response: Response, state: None) -> Verdict:
         result = verify_json(
-            response.output_text(), task.schema_value, strict=self.config.strict, max_chars=self.config.max_chars
+            response.output_text(),
+            task.schema_value,
+            strict=self.config.strict,
+            lenient_parse=self.config.lenient_parse,
+            max_chars=self.config.max_chars,
         )
         return Verdict(
             reward=result.reward,

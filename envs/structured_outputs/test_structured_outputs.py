@@ -72,7 +72,7 @@ async def test_strict_by_default_as_nemo_gym_scores_and_plain_when_configured() 
 
 
 async def test_nemo_gyms_older_schema_field_loads_too() -> None:
-    answer = Says('```json\n{"city": "Oslo", "population": "700000"}\n```')
+    answer = Says('{"city": "Oslo", "population": "700000"}')
     for fields in ({"schema": json.dumps(SCHEMA)}, {"schema": SCHEMA}, {"schema_str": json.dumps(SCHEMA)}):
         rollout = await run_local(row(**fields, schema_type="json"), ENV(), answer)
         assert (rollout["reward"], rollout["error_path"]) == (0.0, "$.population"), fields

@@ -37,8 +37,10 @@ class SyntheticLoadConfig(BaseModel):
 class SyntheticLoad(Weather):
     Config = SyntheticLoadConfig
 
-    def __init__(self, config: SyntheticLoadConfig | dict | None = None) -> None:
-        super().__init__(config)
+    def __init__(
+        self, config: SyntheticLoadConfig | dict | None = None, *, verify_timeout_s: float | None = None
+    ) -> None:
+        super().__init__(config, verify_timeout_s=verify_timeout_s)
         self._rng = random.Random(self.config.seed)
         self._verifiers = Capacity(self.config.max_concurrent_verifications)
 

@@ -1,10 +1,14 @@
 """`gym-serve env test NAME`: does an environment hold together, the way a contributor needs to know?
 
-1. Its `data/example.jsonl` parses, every row has `responses_create_params.input`
-   and fits the environment's `Task` fields (line numbers on every problem).
+1. Its `data/example.jsonl` parses, every row is a valid row (the protocol models of
+   `gym_serve.wire.responses`) and fits the environment's `Task` fields (file, line and
+   field on every problem).
 2. Its `data/example_rollouts.jsonl` (the replay recordings) parses, and every
    example row has a recorded right answer and a recorded wrong one (a lower reward).
-3. Every row runs end to end through real deployments: the environment's own
+3. Its verifier scores non-answers 0 on every row (`gym_serve.verifiers.non_answer`:
+   an empty or blank reply, "I don't know", the row's own question echoed back, the
+   replay model's "no recording matches" reply), in this process, from a fresh `seed`.
+4. Every row runs end to end through real deployments: the environment's own
    Serve config (`deployments/<name>.yaml`, helper applications such as a judge
    included) is deployed twice, with the replay model playing the right answers
    (`error_rate: 0`) and the wrong ones (`error_rate: 1`). Each rollout must score
@@ -24,10 +28,13 @@ from pydantic import ValidationError
 
 from gym_serve.environment.core import Environment
 from gym_serve.environment.registry import load_environment_class
+from gym_serve.environment.runner import EnvRunner
 from gym_serve.errors import InputError
 from gym_serve.rollout.replay import _conversation, _prompt, conversation_key
 from gym_serve.serving.config import BUILDER, AppSpec, load_serve_config
+from gym_serve.verifiers.non_answer import non_answers
 from gym_serve.wire.jsonl import read_jsonl, scan_jsonl
+from gym_serve.wire.responses import row_problems
 
 __all__ = ["EnvReport", "check_environment"]
 
@@ -96,6 +103,8 @@ def check_environment(
         elif wrong is None:
             result.problems.append("no recorded wrong answer (a lower reward) for this row")
         report.rows.append(result)
+    if rows:
+        asyncio.run(_check_non_answers(cls, rows, report))
     if rows and not report.problems:
         asyncio.run(_through_serve(name, rows, report, verify_budget_s, rollout_timeout_s, address))
     return report
@@ -112,9 +121,10 @@ def _check_rows(cls: type[Environment], report: EnvReport) -> list[tuple[int, di
             report.problems.append(str(error))
             continue
         assert row is not None
-        params = row.get("responses_create_params")
-        if not isinstance(params, dict) or not isinstance(params.get("input"), str | list):
-            report.problems.append(f"{path}, line {line}: needs `responses_create_params.input` (a string or list)")
+        problems = row_problems(row)  # the protocol models, as every input row is checked
+        if problems:
+            field, problem = problems[0]
+            report.problems.append(f"{path}, line {line}, field `{field}`: {problem}")
             continue
         try:
             cls.Task.model_validate(row)
@@ -126,6 +136,25 @@ def _check_rows(cls: type[Environment], report: EnvReport) -> list[tuple[int, di
     if len(rows) < MIN_ROWS:
         report.problems.append(f"{path}: {len(rows)} valid rows; an environment ships at least {MIN_ROWS}")
     return rows
+
+
+async def _check_non_answers(
+    cls: type[Environment], rows: list[tuple[int, dict[str, Any]]], report: EnvReport
+) -> None:
+    """Every non-answer must score 0 on every row: a verifier that pays for one teaches it."""
+    runner = EnvRunner(cls())
+    for (_, row), result in zip(rows, report.rows, strict=True):
+        question = cls.Task.model_validate(row).prompt_text()
+        for name, text in non_answers(question).items():
+            message = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+            try:
+                state = await runner.seed(row) if runner.info.has_seed else None
+                verdict = await runner.verify(row, {"output": [message]}, state)
+            except Exception as e:  # noqa: BLE001 - a verifier that breaks on a non-answer is a finding too
+                result.problems.append(f"non-answer `{name}` broke verify: {type(e).__name__}: {e}")
+                continue
+            if float(verdict["reward"]) != 0.0:
+                result.problems.append(f"non-answer `{name}` scored {float(verdict['reward']):g}")
 
 
 def _prompt_key(row: dict[str, Any]) -> str:

@@ -3,8 +3,10 @@
 `materialize` reads the input lazily and yields one row per rollout, with
 NeMo Gym's index semantics: identical raw rows share a `_ng_task_index`
 (unless a row carries its own), and a task's rollouts are numbered
-`_ng_rollout_index` 0, 1, ... on across its rows. Rows that cannot run are
-reported with their line number and field, and skipped.
+`_ng_rollout_index` 0, 1, ... on across its rows. Every row is validated once,
+here, against the protocol models (`gym_serve.wire.responses.row_problems`, with
+the job's sampling overrides applied); a row that cannot run is reported with its
+file, line and field, and skipped.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from gym_serve.collect.job import CollectJob
 from gym_serve.collect.task_index import TaskIndex
 from gym_serve.errors import InputError
 from gym_serve.wire.jsonl import dumps, scan_jsonl
+from gym_serve.wire.responses import row_problems
 
 __all__ = ["materialize"]
 
@@ -62,17 +65,16 @@ def _check_row(row: dict[str, Any], line: int, job: CollectJob) -> InputError | 
     def bad(message: str, field: str) -> InputError:
         return InputError(message, source=job.input_path, line=line, field=field)
 
+    checked = row
     params = row.get("responses_create_params")
-    if not isinstance(params, dict):
-        return bad("missing `responses_create_params` (an object)", "responses_create_params")
-    if not isinstance(params.get("input"), str | list):
-        return bad("`input` must be a string or a list of items", "responses_create_params.input")
-    task = row.get("_ng_task_index")
-    if task is not None and (not isinstance(task, int) or isinstance(task, bool) or task < 0):
-        return bad("`_ng_task_index` must be a non-negative integer", "_ng_task_index")
+    if job.params_overrides and isinstance(params, dict):  # what will run is what must be valid
+        checked = {**row, "responses_create_params": {**params, **job.params_overrides}}
+    problems = row_problems(checked)
+    if problems:
+        (field, first), rest = problems[0], problems[1:]
+        more = "; ".join(f"`{f}`: {m}" for f, m in rest[:4])
+        return bad(first + (f" (and {len(rest)} more: {more})" if rest else ""), field)
     ref = row.get("agent_ref")
-    if ref is not None and not (isinstance(ref, dict) and isinstance(ref.get("name"), str)):
-        return bad("`agent_ref` must be an object with a `name`", "agent_ref")
     name = ref["name"] if ref is not None else job.default_agent
     if name is None:
         return bad(f"no `agent_ref` and no default agent (deployed: {', '.join(job.agents)})", "agent_ref")

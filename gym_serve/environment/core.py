@@ -39,6 +39,22 @@ class Task(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
+    def prompt_text(self) -> str:
+        """The text of the row's last user message: what an echoing non-answer would repeat ('' if none)."""
+        params = getattr(self, "responses_create_params", None) or (self.model_extra or {}).get(
+            "responses_create_params"
+        )
+        value = params.get("input") if isinstance(params, dict) else None
+        if isinstance(value, str):
+            return value
+        for item in reversed(value if isinstance(value, list) else []):
+            if isinstance(item, dict) and item.get("role") == "user":
+                content = item.get("content")
+                if isinstance(content, str):
+                    return content
+                return "".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
+        return ""
+
 
 AnyTask = Task
 """`Task`, under a name the `Environment.Task` class attribute does not shadow in method signatures."""
@@ -95,6 +111,11 @@ class Environment:
     Config: ClassVar[type[BaseModel]] = NoConfig
     verify_budget_s: ClassVar[float] = 2.0
     """How long `verify` may take on a worst-case answer; `gym-serve env test` holds every example to it."""
+    verify_timeout_s: float = 60.0
+    """The deadline of one `verify` call. A verification that overruns it fails the rollout as
+    `verifier_timeout` (masked), never as reward 0: how busy the machine is must not change a reward.
+    Set per deployment with the environment's `verify_timeout_s` arg; an environment whose checks run
+    elsewhere (math-verify's worker, the code sandbox) reads it to bound them."""
     answer_key: ClassVar[str | None] = None
     """A verify field holding the model's extracted answer; when set, profiles report majority@k over it."""
     execute_tool_calls: ClassVar[bool] = True
@@ -108,8 +129,12 @@ class Environment:
         """Extra aggregate metrics over an agent's rollouts (grouped by task); merged into `gym-serve profile`'s."""
         return {}
 
-    def __init__(self, config: BaseModel | dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, config: BaseModel | dict[str, Any] | None = None, *, verify_timeout_s: float | None = None
+    ) -> None:
         self.config = config if isinstance(config, BaseModel) else self.Config.model_validate(config or {})
+        if verify_timeout_s is not None:
+            self.verify_timeout_s = verify_timeout_s
 
     @classmethod
     def name(cls) -> str:

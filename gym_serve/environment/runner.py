@@ -12,6 +12,7 @@ to. They never fail the rollout.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gym_serve.environment.core import Environment, Task, Verdict
 from gym_serve.environment.tools import STATE_PARAM, ToolSpec
-from gym_serve.errors import EnvError, GymServeError, InputError, ToolError, VerifyError
+from gym_serve.errors import EnvError, GymServeError, InputError, ToolError, VerifierTimeoutError, VerifyError
 from gym_serve.wire.responses import Response
 
 __all__ = ["EnvInfo", "EnvRunner"]
@@ -98,11 +99,18 @@ class EnvRunner:
     async def verify(self, row: dict[str, Any], response: dict[str, Any], state: State) -> dict[str, Any]:
         """Score an episode; returns `reward` plus optional `reward_components` and extra fields."""
         task = self._task(row)
+        deadline = self.env.verify_timeout_s
         try:
             parsed = Response.model_validate(response)
-            verdict = await self._verify(task, parsed, self._load_state(state))
+            # a little grace: an environment that bounds its own checks by the deadline reports its timeout first
+            verdict = await asyncio.wait_for(self._verify(task, parsed, self._load_state(state)), deadline + 1.0)
         except GymServeError:  # the environment named the failure itself (e.g. a `JudgeError`)
             raise
+        except TimeoutError as e:
+            raise VerifierTimeoutError(
+                f"`{type(self.env).name()}.verify` did not finish within its deadline of {deadline:g} s "
+                "(the environment's `verify_timeout_s`)"
+            ) from e
         except Exception as e:
             raise VerifyError(f"`{type(self.env).name()}.verify` raised {type(e).__name__}: {e}") from e
         if isinstance(verdict, bool | int | float):

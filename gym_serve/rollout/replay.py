@@ -12,8 +12,11 @@ Episodes whose reward is below the best reward recorded for the same prompt
 are *wrong variants*. With `error_rate > 0`, a rollout (chosen by a hash of
 its session and prompt, so the choice is repeatable) follows a wrong variant
 where one was recorded, or else has its final answer replaced, so rewards
-vary. A conversation with no recording gets a plain assistant message saying
-so, never an exception.
+vary. A conversation with no recording raises `ReplayMissError`: its rollout
+becomes a failure row (`replay_miss`, masked), because a made-up answer is
+not the policy's and must never be scored. The error's text (`miss_text`) is
+also a non-answer every environment's verifier is checked to score 0
+(`gym-serve env test`), for when it reaches one another way.
 """
 
 from __future__ import annotations
@@ -24,13 +27,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gym_serve.errors import InputError
+from gym_serve.errors import InputError, ReplayMissError
+from gym_serve.verifiers.non_answer import REPLAY_MISS_PREFIX
 from gym_serve.wire.jsonl import read_jsonl
 
-__all__ = ["ReplayModel", "conversation_key"]
+__all__ = ["MISS_PREFIX", "ReplayModel", "conversation_key", "miss_text"]
 
 _MODEL_MADE = {"function_call", "reasoning"}
 CORRUPTED_ANSWER = "I'm not sure."
+MISS_PREFIX = REPLAY_MISS_PREFIX
+
+
+def miss_text(key: str, items: int, sources: list[str]) -> str:
+    """What the replay model says of a conversation it has no recording of (the `ReplayMissError` message)."""
+    return (
+        f"{MISS_PREFIX} (key {key[:12]}, {items} items). The replay model answers only conversations "
+        f"recorded in: {', '.join(sources) or 'no files'}."
+    )
 
 
 def conversation_key(items: list[dict[str, Any]]) -> str:
@@ -82,7 +95,7 @@ class ReplayModel:
         key = conversation_key(conversation)
         variants = self._turns.get(key)
         if variants is None:
-            return self._miss(key, conversation)
+            raise ReplayMissError(miss_text(key, len(conversation), self.sources))
         goes_wrong = self._goes_wrong(conversation, session)
         if goes_wrong and variants.wrong:
             return self._response(key, variants.wrong[0].output, conversation, "wrong")
@@ -145,14 +158,6 @@ class ReplayModel:
             },
             "metadata": {"replay_variant": variant},
         }
-
-    def _miss(self, key: str, conversation: list[dict[str, Any]]) -> dict[str, Any]:
-        text = (
-            f"[replay model] No recording matches this conversation (key {key[:12]}, "
-            f"{len(conversation)} items). The replay model answers only conversations recorded in: "
-            f"{', '.join(self.sources) or 'no files'}."
-        )
-        return self._response(key, [_message(text, f"msg_replay_miss_{key[:12]}")], conversation, "miss")
 
 
 def _conversation(params: dict[str, Any]) -> list[dict[str, Any]]:

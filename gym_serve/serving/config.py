@@ -103,6 +103,12 @@ class EnvironmentArgs(BaseModel):
 
     name: str = Field(description="An environment under `envs/`, or an import path `module:Class`.")
     config: dict[str, Any] = Field(default_factory=dict, description="The environment's own options.")
+    verify_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Deadline of one verification (default: the environment's own `verify_timeout_s`); "
+        "one that overruns it is a `verifier_timeout` failure, never reward 0.",
+    )
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
 
 

@@ -2,7 +2,11 @@
 
 Reading never loads a whole file: rows are parsed one line at a time, so a
 collection over a million rows holds one row in memory, not a million. A bad
-line is reported with its file and line number.
+line is reported with its file and line number. A UTF-8 byte-order mark at the
+start of a file is skipped (editors on Windows write one). Rows that enter from
+outside (`scan_jsonl`'s default) are read strictly: a key given twice in one
+object is an error naming it (a JSON parser would silently keep the last), and
+`NaN`/`Infinity` are not JSON; our own files are read with the fast parser.
 
 Writing appends one line and flushes it at once, so a crash (even SIGKILL)
 loses nothing that finished; at worst the last line is cut short, and readers
@@ -11,6 +15,7 @@ of our own outputs treat a cut-short last line as not written.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -29,23 +34,54 @@ def dumps(row: Any) -> bytes:
     return orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def scan_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | None, InputError | None]]:
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    row = dict(pairs)
+    if len(row) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise _DuplicateKey(twice)
+    return row
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"`{name}` is not JSON")
+
+
+def _strict_loads(raw: bytes) -> Any:
+    return json.loads(raw, object_pairs_hook=_no_duplicates, parse_constant=_not_json)
+
+
+def scan_jsonl(
+    path: str | Path, *, strict: bool = True
+) -> Iterator[tuple[int, dict[str, Any] | None, InputError | None]]:
     """Yield `(line_number, row, None)` for good lines and `(line_number, None, error)` for bad ones.
 
-    Blank lines are skipped. A line that is not a JSON object is an error.
+    Blank lines are skipped. A line that is not a JSON object is an error; so is, with
+    `strict`, an object with a key given twice.
     """
     path = Path(path)
     try:
         handle = path.open("rb")
     except OSError as e:
         raise InputError(f"cannot open: {e.strerror}", source=str(path)) from e
+    parse = _strict_loads if strict else orjson.loads
     with handle:
         for number, raw in enumerate(handle, start=1):
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]  # a UTF-8 byte-order mark
             if not raw.strip():
                 continue
             try:
-                row = orjson.loads(raw)
-            except orjson.JSONDecodeError as e:
+                row = parse(raw)
+            except _DuplicateKey as e:
+                error = InputError(f"the key `{e}` is given twice in one object", source=str(path), line=number)
+                yield number, None, error
+                continue
+            except (ValueError, RecursionError) as e:  # orjson's and json's decode errors are ValueErrors
                 yield number, None, InputError(f"not valid JSON: {e}", source=str(path), line=number)
                 continue
             if not isinstance(row, dict):
@@ -56,8 +92,8 @@ def scan_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | None, I
 
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield `(line_number, row)`; raise `InputError` at the first bad line."""
-    for number, row, error in scan_jsonl(path):
+    """Yield `(line_number, row)` (fast parser: our own files); raise `InputError` at the first bad line."""
+    for number, row, error in scan_jsonl(path, strict=False):
         if error is not None:
             raise error
         yield number, row  # type: ignore[misc]

@@ -6,15 +6,38 @@ verifier needs, and output items carry training fields (`prompt_token_ids`,
 `generation_token_ids`, `generation_log_probs`) that must survive untouched.
 
 The hot path (the agent loop) works on plain dicts and validates only at the
-edges: a row is validated once when it is read, a response once when it is
-verified. These models document the shapes and do that edge validation.
+edges: a row is validated once where it enters (an input file, `/run`,
+`/v1/rollouts`), a response once when it is verified. These models are the one
+definition of a row: `row_problems` reports everything wrong with one, each
+problem with the dotted path of its field (`responses_create_params.input.2.role`).
+
+What a row must be (what OpenAI's Responses API and the model tier would refuse
+later, or worse, accept and score): `input` a non-empty string or a non-empty
+list of typed items (`message` with a role of user/system/developer/assistant,
+`function_call`, `function_call_output`, `reasoning`); every
+`function_call_output` answers an earlier `function_call` of the same `call_id`;
+`tools` are functions whose `parameters` is a valid JSON Schema for an object;
+`temperature` in [0, 2], `top_p` in (0, 1], `max_output_tokens` at least 1;
+`_ng_task_index` a non-negative integer; `agent_ref.name` a non-empty string.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import jsonschema
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Strict,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "AgentRef",
@@ -32,6 +55,7 @@ __all__ = [
     "Usage",
     "function_calls",
     "output_text",
+    "row_problems",
 ]
 
 
@@ -50,12 +74,18 @@ class OutputText(_Open):
     annotations: list[Any] = Field(default_factory=list)
 
 
+class ContentPart(_Open):
+    """A part of a message's content: `input_text`, `output_text`, `input_image`, ..."""
+
+    type: str = Field(min_length=1)
+
+
 class InputMessage(_Open):
     """A message the conversation starts with (user, system, developer) or an earlier assistant turn."""
 
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
-    content: str | list[dict[str, Any]]
+    content: str | list[ContentPart]
 
 
 class OutputMessage(_Open):
@@ -72,8 +102,8 @@ class FunctionCall(_Open):
     """The model asks for a tool; `arguments` is a JSON string, as the API sends it."""
 
     type: Literal["function_call"] = "function_call"
-    call_id: str
-    name: str
+    call_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
     arguments: str
     id: str | None = None
     status: str | None = "completed"
@@ -83,8 +113,8 @@ class FunctionCallOutput(_Open):
     """A tool's answer, as the model sees it."""
 
     type: Literal["function_call_output"] = "function_call_output"
-    call_id: str
-    output: str
+    call_id: str = Field(min_length=1)
+    output: str | list[ContentPart]
 
 
 class SummaryText(_Open):
@@ -100,6 +130,25 @@ class Reasoning(_Open):
     summary: list[SummaryText] = Field(default_factory=list)
 
 
+def _item_type(item: Any) -> str | None:
+    if isinstance(item, dict):
+        kind = item.get("type", "message")
+        return kind if isinstance(kind, str) else None
+    return getattr(item, "type", None)
+
+
+InputItem = Annotated[
+    Annotated[InputMessage, Tag("message")]
+    | Annotated[FunctionCall, Tag("function_call")]
+    | Annotated[FunctionCallOutput, Tag("function_call_output")]
+    | Annotated[Reasoning, Tag("reasoning")],
+    Discriminator(_item_type),
+]
+"""An item of a conversation, told apart by its `type` (a bare `{role, content}` is a message)."""
+
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
 class FunctionTool(_Open):
     """A tool the model may call, in the Responses API's flat form."""
 
@@ -109,26 +158,63 @@ class FunctionTool(_Open):
     parameters: dict[str, Any] = Field(default_factory=dict)
     strict: bool | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _api_name(cls, name: str) -> str:
+        if not _TOOL_NAME.match(name):
+            raise ValueError(f"a tool name is 1-64 letters, digits, `_` or `-`; got {name!r}")
+        return name
+
+    @field_validator("parameters")
+    @classmethod
+    def _json_schema(cls, parameters: dict[str, Any]) -> dict[str, Any]:
+        if not parameters:
+            return parameters
+        if parameters.get("type", "object") != "object":
+            raise ValueError(f"a function's `parameters` describe an object; got type {parameters.get('type')!r}")
+        validator = jsonschema.validators.validator_for(parameters, default=jsonschema.Draft202012Validator)
+        try:
+            validator.check_schema(parameters)
+        except jsonschema.SchemaError as e:
+            raise ValueError(f"not a valid JSON Schema at {e.json_path}: {e.message}") from None
+        return parameters
+
 
 class ResponseCreateParams(_Open):
     """An OpenAI Responses create request (`responses_create_params`)."""
 
-    input: str | list[dict[str, Any]]
+    input: Annotated[str, Field(min_length=1)] | Annotated[list[InputItem], Field(min_length=1)]
     instructions: str | None = None
     tools: list[FunctionTool] | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    max_output_tokens: int | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    max_output_tokens: int | None = Field(default=None, ge=1)
     model: str | None = None
     metadata: dict[str, Any] | None = None
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
 
+    @model_validator(mode="after")
+    def _outputs_answer_calls(self) -> ResponseCreateParams:
+        """Every `function_call_output` answers an earlier `function_call` (the API refuses an orphan)."""
+        if isinstance(self.input, str):
+            return self
+        called: set[str] = set()
+        for index, item in enumerate(self.input):
+            if isinstance(item, FunctionCall):
+                called.add(item.call_id)
+            elif isinstance(item, FunctionCallOutput) and item.call_id not in called:
+                raise ValueError(
+                    f"`input[{index}]` is a `function_call_output` for call_id `{item.call_id}`, "
+                    "which no earlier `function_call` in `input` made"
+                )
+        return self
+
     def input_items(self) -> list[dict[str, Any]]:
         """The input as a list of items; a bare string is one user message."""
         if isinstance(self.input, str):
             return [{"type": "message", "role": "user", "content": self.input}]
-        return list(self.input)
+        return [item.model_dump(exclude_unset=True) for item in self.input]
 
 
 class InputTokensDetails(_Open):
@@ -169,7 +255,10 @@ class Response(_Open):
 
 class AgentRef(_Open):
     type: str | None = None
-    name: str
+    name: str = Field(min_length=1)
+
+
+Index = Annotated[int, Strict(), Field(ge=0)]
 
 
 class InputRow(_Open):
@@ -177,8 +266,8 @@ class InputRow(_Open):
 
     responses_create_params: ResponseCreateParams
     agent_ref: AgentRef | None = None
-    ng_task_index: int | None = Field(default=None, alias="_ng_task_index")
-    ng_rollout_index: int | None = Field(default=None, alias="_ng_rollout_index")
+    ng_task_index: Index | None = Field(default=None, alias="_ng_task_index")
+    ng_rollout_index: Index | None = Field(default=None, alias="_ng_rollout_index")
 
 
 class RolloutRow(InputRow):
@@ -186,6 +275,56 @@ class RolloutRow(InputRow):
 
     response: Response
     reward: float
+
+
+def row_problems(row: Any) -> list[tuple[str, str]]:
+    """Everything wrong with an input row, as `(field path, what is wrong)`; empty when it is a valid row."""
+    if not isinstance(row, dict):
+        return [("(row)", f"a row is a JSON object, got {type(row).__name__}")]
+    try:
+        InputRow.model_validate(row)
+    except ValidationError as e:
+        params = row.get("responses_create_params")
+        given = params.get("input") if isinstance(params, dict) else None
+        problems = [(_path(err["loc"]), _message(err)) for err in e.errors() if not _other_branch(err, given)]
+        if not isinstance(given, str | list | None):
+            problems = [
+                (f, "must be a string or a non-empty list of items" if f == "responses_create_params.input" else m)
+                for f, m in problems
+            ]
+        return problems
+    return []
+
+
+def _other_branch(error: Any, given: Any) -> bool:
+    """An error of the `input` branch (string or list) the row did not take: noise."""
+    loc = error["loc"]
+    if loc[:2] != ("responses_create_params", "input") or len(loc) < 3:
+        return False
+    branch = str(loc[2])
+    if isinstance(given, list):
+        return branch.startswith("constrained-str") or branch == "str"
+    if isinstance(given, str):
+        return branch.startswith("list")
+    return branch.startswith("list")  # neither: the string branch's "should be a valid string" says it
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    """`responses_create_params.input.2.role` (union branches pydantic adds, e.g. `list[...]`, left out)."""
+    parts = [str(part) for part in loc if not (isinstance(part, str) and ("[" in part or part in _BRANCHES))]
+    return ".".join(parts) or "(row)"
+
+
+_BRANCHES = {"str", "list", "message", "function_call", "function_call_output", "reasoning", "int", "constrained-str"}
+
+
+def _message(error: Any) -> str:
+    if error["type"] == "union_tag_invalid":
+        return (
+            f"unknown item type {error['input'].get('type')!r}; known: message, function_call, "
+            "function_call_output, reasoning"
+        )
+    return str(error["msg"]).removeprefix("Value error, ")
 
 
 def output_text(items: list[dict[str, Any]]) -> str:

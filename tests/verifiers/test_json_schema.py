@@ -69,9 +69,18 @@ def test_extract_json_failures_say_what_was_tried(text: str, message: str) -> No
 
 
 def test_a_valid_answer_scores_one_and_keeps_the_value() -> None:
-    result = verify_json('```json\n{"name": "Ada", "age": 36, "tags": ["math"]}\n```', PERSON)
+    result = verify_json('{"name": "Ada", "age": 36, "tags": ["math"]}', PERSON)
     assert (result.reward, result.error_type, result.error) == (1.0, None, None)
     assert result.value == {"name": "Ada", "age": 36, "tags": ["math"]} and result.parsed
+
+
+def test_json_in_a_fence_or_in_prose_is_a_parse_error_unless_parsing_is_lenient() -> None:
+    """NeMo Gym's scoring: the whole answer must be the JSON. Accepted before this rule; rejected now."""
+    for wrapped in ('```json\n{"name": "Ada", "age": 36}\n```', 'Here it is: {"name": "Ada", "age": 36}'):
+        strict = verify_json(wrapped, PERSON)
+        assert (strict.reward, strict.error_type) == (0.0, "parse_error")
+        assert "not JSON as a whole" in (strict.error or "")
+        assert verify_json(wrapped, PERSON, lenient_parse=True).reward == 1.0
 
 
 @pytest.mark.parametrize(
@@ -163,10 +172,16 @@ def test_huge_or_hostile_answers_are_refused_quickly() -> None:
     assert deep.error_type == "parse_error" and "nested more than 64" in deep.error
     too_deep_to_parse = verify_json("[" * 50_000 + "]" * 50_000, {"type": "array"}, max_chars=10**6)
     assert too_deep_to_parse.error_type == "parse_error"
-    braces = verify_json("{" * 199_000, {"type": "object"})  # unbalanced: one linear scan, no span to parse
+    braces = verify_json(
+        "{" * 199_000, {"type": "object"}, lenient_parse=True
+    )  # unbalanced: one linear scan, no span to parse
     assert braces.error_type == "parse_error"
-    prose = verify_json("{x} " * 49_000, {"type": "object"})  # 49,000 spans that cannot be JSON: none parsed
+    prose = verify_json(
+        "{x} " * 49_000, {"type": "object"}, lenient_parse=True
+    )  # 49,000 spans that cannot be JSON: none parsed
     assert prose.error_type == "parse_error" and "holds no JSON object or array" in prose.error
-    near_misses = verify_json('{"a" 1} ' * 20_000, {"type": "object"})  # could be JSON: only the last 100 tried
+    near_misses = verify_json(
+        '{"a" 1} ' * 20_000, {"type": "object"}, lenient_parse=True
+    )  # could be JSON: only the last 100 tried
     assert near_misses.error_type == "parse_error" and "tried 100" in near_misses.error
     assert time.monotonic() - started < 5

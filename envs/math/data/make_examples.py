@@ -18,7 +18,7 @@ PROBLEMS = [
     (
         "A train travels 120 km in 1.5 hours. What is its average speed in km/h?",
         "80",
-        "Speed = 120 / 1.5 = 80 km/h. The answer is 80.",
+        "Speed = 120 / 1.5 = 80 km/h, so \\boxed{80}.",
         "Speed = 120 * 1.5 = 180. The answer is 180.",
     ),
     (

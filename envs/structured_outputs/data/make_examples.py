@@ -33,7 +33,7 @@ EXAMPLES = [
         '"role": "head of the cardiology unit"}',
         '{"name": "Lena Ortiz", "email": "lena.ortiz@example.org", "role": "head of cardiology"}',
     ),
-    (  # a fenced block inside prose right; a price as a string (nested path) wrong
+    (  # bare JSON right; a price as a string (nested path), in a fence inside prose, wrong
         "Order 5521: two notebooks at 3.50 each and one fountain pen at 24.90. Paid by card.",
         obj(
             {
@@ -48,8 +48,8 @@ EXAMPLES = [
                 "payment": {"type": "string", "enum": ["card", "cash", "transfer"]},
             }
         ),
-        'Here is the order:\n```json\n{"order_id": 5521, "items": [{"product": "notebook", "quantity": 2, '
-        '"unit_price": 3.5}, {"product": "fountain pen", "quantity": 1, "unit_price": 24.9}], "payment": "card"}\n```',
+        '{"order_id": 5521, "items": [{"product": "notebook", "quantity": 2, '
+        '"unit_price": 3.5}, {"product": "fountain pen", "quantity": 1, "unit_price": 24.9}], "payment": "card"}',
         'Here is the order:\n```json\n{"order_id": 5521, "items": [{"product": "notebook", "quantity": 2, '
         '"unit_price": 3.5}, {"product": "fountain pen", "quantity": 1, "unit_price": "24.90"}], "payment": "card"}\n```',
     ),
@@ -66,7 +66,7 @@ EXAMPLES = [
         '{"event": "quarterly review", "date": "2025-03-14", "room": "B2", "status": "confirmed"}',
         '{"event": "quarterly review", "date": "2025-03-14", "room": "B2", "status": "confirmed",}',
     ),
-    (  # JSON after prose right; an extra property (strict schemas forbid it) wrong
+    (  # bare JSON right; an extra property (strict schemas forbid it) after prose wrong
         "Pancakes: 200 g flour, 2 eggs, 300 ml milk. Serves 4; takes 20 minutes.",
         obj(
             {
@@ -76,8 +76,7 @@ EXAMPLES = [
                 "ingredients": {"type": "array", "items": STRING, "minItems": 1},
             }
         ),
-        'Sure. The recipe as JSON: {"dish": "pancakes", "servings": 4, "minutes": 20, '
-        '"ingredients": ["200 g flour", "2 eggs", "300 ml milk"]} Enjoy!',
+        '{"dish": "pancakes", "servings": 4, "minutes": 20, "ingredients": ["200 g flour", "2 eggs", "300 ml milk"]}',
         'Sure. The recipe as JSON: {"dish": "pancakes", "servings": 4, "minutes": 20, '
         '"ingredients": ["200 g flour", "2 eggs", "300 ml milk"], "notes": "add sugar to taste"} Enjoy!',
     ),
@@ -93,11 +92,10 @@ EXAMPLES = [
         '{"readings": [{"time": "08:00", "celsius": 21.5, "alarm": false}, '
         '{"time": "09:00", "celsius": 27.1, "alarm": true}]}',
     ),
-    (  # the last of two fences counts: a corrected draft right, a broken "final" wrong
+    (  # bare JSON right; the same JSON in a fence after a draft wrong (NeMo Gym: the whole answer must be JSON)
         "'The Left Hand of Darkness' by Ursula K. Le Guin (born 1929) was published in 1969.",
         obj({"title": STRING, "year": INTEGER, "author": obj({"name": STRING, "born": INTEGER})}),
-        'Draft:\n```json\n{"title": "The Left Hand of Darkness", "year": "1969"}\n```\nFinal:\n```json\n'
-        '{"title": "The Left Hand of Darkness", "year": 1969, "author": {"name": "Ursula K. Le Guin", "born": 1929}}\n```',
+        '{"title": "The Left Hand of Darkness", "year": 1969, "author": {"name": "Ursula K. Le Guin", "born": 1929}}',
         'Draft:\n```json\n{"title": "The Left Hand of Darkness", "year": 1969, "author": {"name": "Ursula K. Le Guin", '
         '"born": 1929}}\n```\nFinal:\n```json\n{"title": "The Left Hand of Darkness", "year": 1969, '
         '"author": {"name": "Ursula K. Le Guin", "born": "1929"}}\n```',

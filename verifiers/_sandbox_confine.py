@@ -1,0 +1,256 @@
+"""Kernel walls around the untrusted solution process, raised by the trusted harness between fork and exec.
+
+Standard library only (`ctypes`): this runs inside the sandbox under the sandbox's interpreter,
+which may be a bare system Python. Every wall is enforced by the kernel, not by Python, so
+native code in the solution cannot take it down; each is applied where the kernel has it and
+named in `confine()`'s return value, which the harness reports.
+
+- `no_new_privs` and a parent-death signal: no set-uid gains; the solution dies with its harness.
+- capabilities dropped (bounding set, ambient set, `noroot` securebits): in a user namespace the
+  harness is that namespace's root; the solution is not, so it cannot ptrace or read the
+  (non-dumpable) harness, nor regain capabilities by exec.
+- seccomp: no signals to other processes (`kill` only to its own process group, which it cannot
+  leave: `setsid`/`setpgid` are refused), no ptrace or cross-process memory access, no sockets
+  (`socketpair` stays, for pipes between the solution's own processes), no new namespaces,
+  mounts, keyrings, BPF, perf or io_uring. x86_64 and aarch64; other architectures go without it.
+- Landlock: reads only beneath the system and Python directories, writes only beneath the work
+  dir, no TCP (ABI 4+), no signals and no abstract UNIX sockets out of the sandbox (ABI 6+);
+  also, by Landlock's design, no ptrace of (or `/proc/<pid>/mem`, `environ`, `fd` access to)
+  any process outside it: the caller and the harness included.
+"""
+
+import ctypes
+import os
+import platform
+import struct
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_SECCOMP = 22
+_PR_CAPBSET_DROP = 24
+_PR_SET_SECUREBITS = 28
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_SECUREBITS_LOCKED_NOROOT = 0xEF  # noroot, no_setuid_fixup, keep_caps_locked, no_cap_ambient_raise, all locked
+_SECCOMP_MODE_FILTER = 2
+
+_RET_ALLOW = 0x7FFF0000
+_RET_KILL_PROCESS = 0x80000000
+_RET_EPERM = 0x00050000 | 1
+_RET_ENOSYS = 0x00050000 | 38
+_LD_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+_CLONE_NEW_ANY = 0x7E020080  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET|NEWTIME
+_F_SETOWN, _F_SETOWN_EX = 8, 15
+
+_DENIED = (
+    "ptrace process_vm_readv process_vm_writev tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_open "
+    "pidfd_send_signal pidfd_getfd setsid setpgid socket unshare setns mount umount2 pivot_root chroot keyctl "
+    "add_key request_key bpf perf_event_open userfaultfd io_uring_setup io_uring_enter io_uring_register kcmp "
+    "open_by_handle_at name_to_handle_at fsopen fsmount move_mount open_tree fspick mount_setattr"
+).split()
+_ARCHES = {
+    "x86_64": (
+        0xC000003E,
+        {"ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kill": 62, "tkill": 200,
+         "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "pidfd_open": 434,
+         "pidfd_send_signal": 424, "pidfd_getfd": 438, "setsid": 112, "setpgid": 109, "socket": 41,
+         "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
+         "keyctl": 250, "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298,
+         "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+         "clone3": 435, "kcmp": 312, "open_by_handle_at": 304, "name_to_handle_at": 303, "clone": 56,
+         "fcntl": 72, "fsopen": 430, "fsmount": 432, "move_mount": 429, "open_tree": 428, "fspick": 433,
+         "mount_setattr": 442},
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {"ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "kill": 129, "tkill": 130,
+         "tgkill": 131, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "pidfd_open": 434,
+         "pidfd_send_signal": 424, "pidfd_getfd": 438, "setsid": 157, "setpgid": 154, "socket": 198,
+         "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51,
+         "keyctl": 219, "add_key": 217, "request_key": 218, "bpf": 280, "perf_event_open": 241,
+         "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+         "clone3": 435, "kcmp": 272, "open_by_handle_at": 265, "name_to_handle_at": 264, "clone": 220,
+         "fcntl": 25, "fsopen": 430, "fsmount": 432, "move_mount": 429, "open_tree": 428, "fspick": 433,
+         "mount_setattr": 442},
+    ),
+}  # fmt: skip
+
+# Landlock (linux/landlock.h)
+_LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446
+_LL_VERSION = 1
+_LL_RULE_PATH_BENEATH = 1
+_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_FS_ABI1 = (1 << 13) - 1  # execute .. make_sym
+_FS_REFER, _FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+_NET_TCP = 1 | 2  # bind, connect
+_SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1, 2
+
+
+def prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:
+    return _libc.prctl(
+        ctypes.c_int(option), ctypes.c_ulong(arg2), ctypes.c_ulong(arg3), ctypes.c_ulong(0), ctypes.c_ulong(0)
+    )
+
+
+def make_undumpable() -> None:
+    """The harness: no ptrace, `/proc/<pid>/mem`, `environ` or `fd` access by anything without CAP_SYS_PTRACE."""
+    prctl(4, 0)  # PR_SET_DUMPABLE
+
+
+def die_with_parent(signal_number: int) -> None:
+    prctl(_PR_SET_PDEATHSIG, signal_number)
+
+
+def confine(work_dir: str, read_dirs: list[str]) -> list[str]:
+    """Raise every wall this kernel has on the calling process (a child about to exec); return their names."""
+    layers = ["no_new_privs"]
+    import signal
+
+    die_with_parent(signal.SIGKILL)
+    if _drop_capabilities():
+        layers.append("no_capabilities")
+    if prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
+    abi = _landlock(work_dir, read_dirs)
+    if abi:
+        layers.append(f"landlock_abi{abi}")
+    if _seccomp():
+        layers.append("seccomp")
+    return layers
+
+
+def planned() -> list[str]:
+    """The names `confine` will return in a child of this process (it runs after fork, so it cannot tell us)."""
+    layers = ["no_new_privs"]
+    with open("/proc/self/status") as status:
+        effective = next((line.split()[1] for line in status if line.startswith("CapEff:")), "0")
+    if int(effective, 16):
+        layers.append("no_capabilities")
+    if landlock_abi():
+        layers.append(f"landlock_abi{landlock_abi()}")
+    if platform.machine() in _ARCHES:
+        layers.append("seccomp")
+    return layers
+
+
+def _drop_capabilities() -> bool:
+    """Empty the bounding and ambient sets and lock `noroot`: exec as uid 0 then grants nothing."""
+    if prctl(_PR_SET_SECUREBITS, _SECUREBITS_LOCKED_NOROOT) != 0:
+        return False  # no CAP_SETPCAP: an unprivileged process, which has no capabilities to drop
+    for cap in range(64):
+        if prctl(_PR_CAPBSET_DROP, cap) != 0:
+            break  # past the last capability this kernel knows
+    prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL)
+    return True
+
+
+def _seccomp() -> bool:
+    arch = _ARCHES.get(platform.machine())
+    if arch is None:
+        return False
+    audit_arch, numbers = arch
+    program = _filter(audit_arch, numbers, x32_guard=platform.machine() == "x86_64")
+    buffer = ctypes.create_string_buffer(b"".join(struct.pack("=HBBI", *ins) for ins in program))
+    fprog = struct.pack("=HxxxxxxQ", len(program), ctypes.addressof(buffer))
+    fprog_buffer = ctypes.create_string_buffer(fprog)
+    if prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog_buffer)) != 0:
+        raise OSError(ctypes.get_errno(), "installing the seccomp filter failed")
+    return True
+
+
+def _filter(audit_arch: int, nr: dict[str, int], *, x32_guard: bool) -> list[tuple[int, int, int, int]]:
+    """The BPF program: labels resolved to forward jumps (every jump here is short)."""
+    code: list[list] = []  # [opcode, jt, jf, k] where jt/jf may be label names
+    labels: dict[str, int] = {}
+
+    def emit(op: int, k: int, jt: object = 0, jf: object = 0) -> None:
+        code.append([op, jt, jf, k])
+
+    def label(name: str) -> None:
+        labels[name] = len(code)
+
+    emit(_LD_ABS, 4)  # arch
+    emit(_JEQ, audit_arch, 1, 0)
+    emit(_RET, _RET_KILL_PROCESS)  # another ABI (i386 via int 0x80) would read other syscall numbers
+    emit(_LD_ABS, 0)  # nr
+    if x32_guard:
+        emit(_JGE, 0x40000000, "deny", 0)
+    for name in _DENIED:
+        emit(_JEQ, nr[name], "deny", 0)
+    emit(_JEQ, nr["clone3"], "nosys", 0)  # its flags sit behind a pointer; glibc falls back to clone
+    emit(_JEQ, nr["kill"], "kill", 0)
+    emit(_JEQ, nr["clone"], "clone", 0)
+    emit(_JEQ, nr["fcntl"], "fcntl", 0)
+    emit(_RET, _RET_ALLOW)
+    label("kill")  # kill(0, sig): its own process group only
+    emit(_LD_ABS, 16)
+    emit(_JEQ, 0, 0, "deny")
+    emit(_LD_ABS, 20)
+    emit(_JEQ, 0, "allow", "deny")
+    label("clone")
+    emit(_LD_ABS, 16)
+    emit(_JSET, _CLONE_NEW_ANY, "deny", "allow")
+    label("fcntl")  # F_SETOWN would aim SIGIO at any process
+    emit(_LD_ABS, 24)
+    emit(_JEQ, _F_SETOWN, "deny", 0)
+    emit(_JEQ, _F_SETOWN_EX, "deny", "allow")
+    label("allow")
+    emit(_RET, _RET_ALLOW)
+    label("deny")
+    emit(_RET, _RET_EPERM)
+    label("nosys")
+    emit(_RET, _RET_ENOSYS)
+    program = []
+    for index, (op, jt, jf, k) in enumerate(code):
+        jt = labels[jt] - index - 1 if isinstance(jt, str) else jt
+        jf = labels[jf] - index - 1 if isinstance(jf, str) else jf
+        program.append((op, jt, jf, k))
+    return program
+
+
+def landlock_abi() -> int:
+    return max(0, _libc.syscall(_LL_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(_LL_VERSION)))
+
+
+def _landlock(work_dir: str, read_dirs: list[str]) -> int:
+    abi = landlock_abi()
+    if abi < 1:
+        return 0
+    fs = _FS_ABI1 | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
+    fs |= _FS_IOCTL_DEV if abi >= 5 else 0
+    net = _NET_TCP if abi >= 4 else 0
+    scoped = _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL if abi >= 6 else 0
+    attr = struct.pack("=QQQ", fs, net, scoped)[: 8 if abi < 4 else 16 if abi < 6 else 24]
+    attr_buffer = ctypes.create_string_buffer(attr)
+    ruleset = _libc.syscall(_LL_CREATE, attr_buffer, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    try:
+        read = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
+        for path in read_dirs:
+            _allow(ruleset, path, read)
+        for device in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"):
+            _allow(ruleset, device, _FS_READ_FILE | _FS_WRITE_FILE)
+        _allow(ruleset, work_dir, fs)
+        if prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0 or _libc.syscall(_LL_RESTRICT, ruleset, ctypes.c_uint32(0)) != 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
+    finally:
+        os.close(ruleset)
+    return abi
+
+
+def _allow(ruleset: int, path: str, access: int) -> None:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return  # not on this system
+    try:
+        if not os.path.isdir(path):
+            access &= _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
+        rule = ctypes.create_string_buffer(struct.pack("=Qi", access, fd))  # packed: u64 access, s32 fd
+        if _libc.syscall(_LL_ADD_RULE, ruleset, _LL_RULE_PATH_BENEATH, rule, ctypes.c_uint32(0)) != 0:
+            raise OSError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
+    finally:
+        os.close(fd)
