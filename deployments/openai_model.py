@@ -70,4 +70,4 @@ class OpenAIModelDeployment(BatchedResponses):
                 response = await self.client.responses.create(**params, model=self.args.model)
                 return response.model_dump(exclude_none=True)
             except Exception as e:  # the client's messages carry no key; keep only its class and text
-                raise ModelError(f"{self.args.base_url} ({self.args.api}): {type(e).__name__}: {e}") from None
+                raise ModelError(f"{self.client.base_url} ({self.args.api}): {type(e).__name__}: {e}") from None

@@ -1,8 +1,16 @@
-"""The `gym-serve` command line: `up`, `collect`, `demo`."""
+"""The `gym-serve` command line.
+
+`demo` runs the example environments end to end; `up` deploys a Serve config and prints its URLs;
+`collect` writes rollouts for a file of tasks; `profile` and `reverify` work on the files it wrote;
+`env init` / `env test` scaffold and check an environment; `list` shows the environments and the
+applications running; `bench` runs a benchmark. `gym-serve COMMAND --help` for each.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import shlex
 import sys
 import time
 from datetime import datetime
@@ -10,9 +18,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from gym_serve.collect.job import CollectJob, CollectSummary
-from gym_serve.errors import GymServeError, InputError
-from gym_serve.serving.config import load_serve_config
+from gym_serve.errors import ConfigError, GymServeError, InputError
+from gym_serve.serving.config import BUILDER, AppSpec, http_options, load_serve_config
 
 __all__ = ["main"]
 
@@ -23,6 +33,7 @@ DEMO_ENVS = ("example_single_tool_call", "example_multi_step", "example_session_
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return args.func(args)
     except GymServeError as e:
@@ -42,8 +53,8 @@ def _parser() -> argparse.ArgumentParser:
         "--address",
         help="Ray cluster address, e.g. `auto` for a running one (default: $RAY_ADDRESS, else a new local one)",
     )
-    up.add_argument("--http-host", default="127.0.0.1")
-    up.add_argument("--http-port", type=int, default=8000)
+    up.add_argument("--http-host", help="where Serve's HTTP proxy listens (default: the config's, else 127.0.0.1)")
+    up.add_argument("--http-port", type=int, help="its port (default: the config's `http_options.port`, else 8000)")
     up.add_argument("--block", action="store_true", help="keep running until Ctrl-C (always, on a local cluster)")
     up.set_defaults(func=cmd_up)
 
@@ -104,7 +115,9 @@ def _parser() -> argparse.ArgumentParser:
 
     env = sub.add_parser("env", help="work on an environment").add_subparsers(required=True, metavar="ACTION")
     env_test = env.add_parser("test", help="check an environment: its data, recordings, and every row through Serve")
-    env_test.add_argument("names", nargs="+", metavar="NAME", help="environments under envs/ (or module:Class)")
+    env_test.add_argument(
+        "names", nargs="+", metavar="NAME", help="environments: built in, installed (`gym-serve list`) or module:Class"
+    )
     env_test.add_argument(
         "--verify-budget",
         type=float,
@@ -112,9 +125,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     env_test.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a new local one)")
     env_test.set_defaults(func=cmd_env_test)
+    env_init = env.add_parser("init", help="scaffold a new environment: a package of its own that passes `env test`")
+    env_init.add_argument("name", metavar="NAME", help="the environment's (and its package's) name, e.g. letter_count")
+    env_init.add_argument("--dir", help="where to write the package (default: ./NAME)")
+    env_init.set_defaults(func=cmd_env_init)
+
+    listing = sub.add_parser("list", help="the environments (built in and installed) and the applications running")
+    listing.add_argument(
+        "--address", help="the Ray cluster to ask (default: $RAY_ADDRESS, else the one running on this machine)"
+    )
+    listing.set_defaults(func=cmd_list)
 
     bench = sub.add_parser("bench", help="run a benchmark of benchmarks/ (in a source checkout)")
-    bench.add_argument("name", help="throughput, autoscaling, scale_out, memory, verifiers, http_ingress, model_tier")
+    bench.add_argument("name", help=", ".join(_benchmarks()) or "a script of benchmarks/ (in a source checkout)")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="the benchmark's own options (see NAME --help)")
     bench.set_defaults(func=cmd_bench)
 
@@ -129,18 +152,56 @@ def cmd_up(args: argparse.Namespace) -> int:
     from gym_serve.serving import deploy as serving
 
     specs = load_serve_config(args.config)
-    where = serving.connect(args.address)
-    serving.deploy(specs, source=args.config, http=True, http_host=args.http_host, http_port=args.http_port)
-    print(f"Deployed {len(specs)} application(s) from {args.config} on {where}:\n")
+    http = http_options(args.config)
+    host = args.http_host or http.get("host") or "127.0.0.1"
+    port = args.http_port or http.get("port") or 8000
+    cluster = serving.connect(args.address)
+    print(f"Ray: {cluster}")
+    serving.deploy(specs, source=args.config, http=True, http_host=host, http_port=port)
+    print(f"\nDeployed {len(specs)} application(s) from {args.config}:\n")
     print(serving.describe_status([s.name for s in specs]))
-    routes = [f"  POST http://{args.http_host}:{args.http_port}{s.route_prefix}" for s in specs if s.route_prefix]
-    if routes:
-        print("\nHTTP (one input row in, one rollout row out):\n" + "\n".join(routes))
-    if args.block or where == "local Ray instance":
-        print("\nServing; Ctrl-C to stop.")
+    print("\n" + _http_endpoints(specs, *serving.http_address()))
+    if args.block or cluster.is_local:
+        print("\nServing; Ctrl-C to stop" + (" (the local Ray instance stops with it)." if cluster.is_local else "."))
         while True:
             time.sleep(3600)
     return 0
+
+
+def _http_endpoints(specs: list[AppSpec], host: str, port: int) -> str:
+    """The URLs the deployed applications answer on, as Serve's proxy really serves them."""
+    import ray
+    from fastapi.routing import APIRoute
+
+    from gym_serve.deployments.ingress.api import app as ingress_app
+
+    shown = ray.util.get_node_ip_address() if host in ("0.0.0.0", "::") else host  # all interfaces: this node's
+    base = f"http://{shown}:{port}"
+    lines = []
+    for spec in specs:
+        if spec.route_prefix is None:
+            continue
+        prefix = spec.route_prefix.rstrip("/")
+        if _is_ingress(spec):
+            lines.append(f"{spec.name}: the HTTP ingress")
+            for route in ingress_app.routes:
+                if isinstance(route, APIRoute):  # the endpoints, not FastAPI's own /openapi.json
+                    lines += [f"  {method:<5} {base}{prefix}{route.path}" for method in sorted(route.methods)]
+        elif spec.import_path == BUILDER and spec.args.get("environment") is not None:
+            lines.append(f"{spec.name}: one input row in, one rollout row out\n  POST  {base}{prefix or '/'}")
+        else:
+            lines.append(f"{spec.name}:\n  {base}{prefix or '/'}")
+    return "HTTP:\n" + "\n".join(lines) if lines else "HTTP: no application has a route_prefix"
+
+
+def _is_ingress(spec: AppSpec) -> bool:
+    """Does the application's import path name our HTTP ingress's builder (by any of its module paths)?"""
+    from gym_serve.deployments.ingress.api import build_ingress
+
+    module, _, attr = spec.import_path.partition(":")
+    return module.startswith("gym_serve.deployments.ingress") and (
+        getattr(importlib.import_module(module), attr, None) is build_ingress
+    )
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
@@ -153,12 +214,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
         [args.agent] if args.agent and args.agent not in serving.env_apps(specs) else []
     )
     default_agent = args.agent or (agents[0] if len(agents) == 1 else None)
-    serving.connect(args.address)
-    if not args.no_deploy:
-        serving.deploy(specs, source=args.config)
-    concurrency = args.concurrency or serving.agent_capacity(specs, args.config)
-    summary = _collect(
-        CollectJob(
+    try:
+        job = CollectJob(
             input_path=str(Path(args.input).resolve()),
             output_path=str(Path(args.output).resolve()),
             agents=agents,
@@ -166,7 +223,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
             num_repeats=args.num_repeats,
             limit=args.limit,
             params_overrides=_overrides(args),
-            concurrency=concurrency,
+            concurrency=args.concurrency or serving.agent_capacity(specs, args.config),
             attempt_timeout_s=args.rollout_timeout,
             max_attempts=args.max_attempts,
             resume=args.resume,
@@ -174,9 +231,27 @@ def cmd_collect(args: argparse.Namespace) -> int:
             shard_index=args.shard[0],
             shard_count=args.shard[1],
         )
-    )
+    except ValidationError as e:  # before anything starts: the arguments do not fit this config
+        raise ConfigError(str(e.errors()[0]["msg"]).removeprefix("Value error, "), source=args.config) from None
+    print(f"Ray: {serving.connect(args.address)}")
+    if not args.no_deploy:
+        serving.deploy(specs, source=args.config)
+    try:
+        summary = _collect(job)
+    except KeyboardInterrupt:
+        print(_resume_hint(args.argv, job), file=sys.stderr)
+        return 130
     print(_format_summary(summary))
     return 0 if summary.rollouts + summary.rollouts_resumed > 0 or summary.rows_read == 0 else 1
+
+
+def _resume_hint(argv: list[str], job: CollectJob) -> str:
+    """What to type to finish an interrupted collection: the same command with `--resume`."""
+    command = shlex.join(["gym-serve", *argv, *([] if "--resume" in argv else ["--resume"])])
+    return (
+        f"\nInterrupted. The rollouts that finished are in {job.output_path} (failures in its _failures.jsonl);"
+        f" to run only the rest:\n  {command}"
+    )
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -227,19 +302,67 @@ def cmd_env_test(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_env_init(args: argparse.Namespace) -> int:
+    from gym_serve.analysis.scaffold import scaffold
+
+    directory = Path(args.dir or args.name)
+    files = scaffold(args.name, directory)
+    print(f"Wrote the environment `{args.name}` as a package of its own in {directory}/:")
+    print("\n".join(f"  {path}" for path in files))
+    print(f"\nNext:\n  pip install -e {directory}\n  gym-serve env test {args.name}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from gym_serve.environment.registry import available_environments, installed_environments
+
+    installed = installed_environments()
+    print(f"{'environment':<28} from")
+    for name in available_environments():
+        entry = installed.get(name)
+        where = f"{entry.dist.name} {entry.dist.version} ({entry.value})" if entry and entry.dist else "built in"
+        print(f"{name:<28} {where}")
+    print()
+    print(_running_applications(args.address))
+    return 0
+
+
+def _running_applications(address: str | None) -> str:
+    """The Serve applications on the cluster at `address` (or the one running here), or why there are none."""
+    import os
+
+    from gym_serve.errors import ClusterError
+    from gym_serve.serving import deploy as serving
+
+    try:
+        cluster = serving.connect(address or os.environ.get("RAY_ADDRESS") or "auto")
+    except ClusterError as e:
+        return f"Applications: none: {e}"
+    try:
+        table = serving.describe_status()
+    except Exception as e:  # no Serve instance on that cluster
+        return f"Applications on {cluster}: none ({type(e).__name__}: {e})"
+    return f"Applications on {cluster}:\n" + (table if "\n" in table else "none")
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Benchmarks are scripts beside the packages in a source checkout (they are not installed)."""
     import subprocess
 
-    folder = Path(__file__).resolve().parents[1] / "benchmarks"
-    script = folder / f"{args.name}.py"
-    if not script.is_file() or args.name == "harness":
-        known = sorted(p.stem for p in folder.glob("*.py") if p.stem != "harness") if folder.is_dir() else []
+    if args.name not in _benchmarks():
         raise InputError(
-            f"no benchmark `{args.name}`; available: {', '.join(known) or 'none (not a source checkout)'}",
-            source=str(folder),
+            f"no benchmark `{args.name}`; available: {', '.join(_benchmarks()) or 'none (not a source checkout)'}",
+            source=str(_BENCHMARKS),
         )
-    return subprocess.call([sys.executable, str(script), *args.args])
+    return subprocess.call([sys.executable, str(_BENCHMARKS / f"{args.name}.py"), *args.args])
+
+
+_BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _benchmarks() -> list[str]:
+    """The benchmark scripts beside the packages (none in an installed wheel); `harness` is their shared code."""
+    return sorted(p.stem for p in _BENCHMARKS.glob("*.py") if p.stem != "harness") if _BENCHMARKS.is_dir() else []
 
 
 def _environments(config: str) -> dict[str, str]:

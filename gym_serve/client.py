@@ -76,7 +76,11 @@ class GymClient:
         batch_size: int = 64,
         **sampling: Any,
     ) -> AsyncIterator[dict[str, Any]]:
-        """Rollouts of `rows` × `num_repeats`, yielded as they complete; rows go out in batches of `batch_size`."""
+        """Rollouts of `rows` × `num_repeats`, yielded as they complete; rows go out in batches of `batch_size`.
+
+        With `group_size`, rollouts come in groups of one task's (of one agent) rollouts, `group_size` at a
+        time, each group's rows one after the other even while several batches stream at once.
+        """
         queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
         batches = _chunks(list(rows), batch_size)
 
@@ -88,15 +92,28 @@ class GymClient:
                 "idempotency_key": uuid.uuid4().hex,
                 **sampling,
             }
-            seen: set[tuple[Any, Any]] = set()  # a re-sent batch replays lines this one already yielded
+            seen: set[tuple[Any, Any, Any]] = set()  # a re-sent batch replays lines this one already yielded
+            groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
             try:
                 async for result in self._post_lines("/v1/rollouts", body):
-                    key = (result.get("_ng_task_index"), result.get("_ng_rollout_index"))
-                    if key not in seen:
-                        seen.add(key)
-                        await queue.put(result)
+                    task = ((result.get("agent_ref") or {}).get("name"), result.get("_ng_task_index"))
+                    key = (*task, result.get("_ng_rollout_index"))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    if group_size is None:
+                        queue.put_nowait(result)
+                        continue
+                    group = groups.setdefault(task, [])
+                    group.append(result)
+                    if len(group) == group_size:  # the whole group at once: no other batch's line gets between
+                        for member in groups.pop(task):
+                            queue.put_nowait(member)
+                for group in groups.values():  # the last, smaller groups (num_repeats not a multiple)
+                    for member in group:
+                        queue.put_nowait(member)
             except BaseException as e:  # surfaced to the reader below
-                await queue.put(e)
+                queue.put_nowait(e)
 
         offsets = [sum(len(b) for b in batches[:i]) for i in range(len(batches))]
         senders = [asyncio.ensure_future(send(o, b)) for o, b in zip(offsets, batches, strict=True)]

@@ -4,7 +4,9 @@ For each rollout the environment is rebuilt in this process: a fresh `seed`,
 then every recorded function call replayed through the tools in order (so a
 stateful environment ends in the state the episode ended in), then `verify`.
 Rows whose reward changed are reported; all are written to `<out>_reverified.jsonl`
-with `reward` updated and the old one kept as `previous_reward`.
+with `reward` updated and the old one kept as `previous_reward`. That file is
+replaced only when every row was re-scored: a run that fails (a bad line, a
+missing input) leaves an earlier output as it was and creates none.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any
 from gym_serve.collect.job import sibling_path
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.environment.runner import EnvRunner
-from gym_serve.wire.jsonl import JsonlWriter, read_jsonl
+from gym_serve.errors import InputError
+from gym_serve.wire.jsonl import read_jsonl, replacing_jsonl
 
 __all__ = ["reverify"]
 
@@ -29,12 +32,20 @@ async def reverify(rollouts_path: str | Path, environments: dict[str, str]) -> d
     totals: dict[str, dict[str, float]] = defaultdict(lambda: {"rows": 0, "changed": 0, "before": 0.0, "after": 0.0})
     changed: list[dict[str, Any]] = []
     out_path = sibling_path(rollouts_path, "reverified.jsonl")
-    with JsonlWriter(out_path, append=False, flush=False) as out:
+    if not rollouts_path.is_file():
+        raise InputError("cannot open: no such file", source=str(rollouts_path))
+    with replacing_jsonl(out_path) as out:
         for line, row in read_jsonl(rollouts_path):
             agent = (row.get("agent_ref") or {}).get("name", "")
             env_name = environments.get(agent) or environments.get("*")
             if env_name is None:
-                raise KeyError(f"{rollouts_path}, line {line}: no environment for agent `{agent}`")
+                known = ", ".join(sorted(environments)) or "none"
+                raise InputError(
+                    f"no environment for agent `{agent}` (the config's agents: {known})",
+                    source=str(rollouts_path),
+                    line=line,
+                    field="agent_ref.name",
+                )
             if env_name not in runners:
                 runners[env_name] = EnvRunner(load_environment_class(env_name)())
             verdict = await _rescore(runners[env_name], row)

@@ -49,6 +49,7 @@ __all__ = [
     "TIERS",
     "VLLMEngineOptions",
     "VLLMModelArgs",
+    "http_options",
     "load_serve_config",
 ]
 
@@ -177,7 +178,11 @@ class OpenAIModelArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["openai"] = "openai"
-    base_url: str = "https://api.openai.com/v1"
+    base_url: str | None = Field(
+        default=None,
+        description="The endpoint, e.g. http://127.0.0.1:8001/v1 for `vllm serve`. Default: $OPENAI_BASE_URL, as the "
+        "openai client reads it in the replica, else the OpenAI API.",
+    )
     model: str
     api: Literal["responses", "chat"] = Field(default="responses", description="Which API the endpoint speaks.")
     api_key: SecretStr | None = Field(default=None, description="Prefer `api_key_env`: keys do not belong in files.")
@@ -223,7 +228,9 @@ class AppSpec(BaseModel):
 
     name: str
     import_path: str
-    route_prefix: str | None = None
+    route_prefix: str | None = Field(
+        default="/", description="As in Serve's config: `/` when left out; `null` keeps the application off HTTP."
+    )
     args: dict[str, Any] = Field(default_factory=dict)
     deployments: list[dict[str, Any]] = Field(default_factory=list)
 
@@ -261,7 +268,12 @@ def validate_app_args(args: dict[str, Any], *, source: str, app: str) -> AppArgs
 
 
 def load_serve_config(path: str | Path) -> list[AppSpec]:
-    """Read a Serve config YAML; every application using our builder has its args validated."""
+    """Read a Serve config YAML; every application using our builder has its args validated.
+
+    The file is first checked with Serve's own schema, so a config `serve run`
+    would refuse (two applications on one route prefix, a bad field) is refused
+    here too, before anything starts.
+    """
     path = Path(path)
     source = str(path)
     try:
@@ -274,6 +286,7 @@ def load_serve_config(path: str | Path) -> list[AppSpec]:
         raise ConfigError(f"not valid YAML: {getattr(e, 'problem', e)}", source=where) from e
     if not isinstance(raw, dict) or not isinstance(raw.get("applications"), list) or not raw["applications"]:
         raise ConfigError("expected a Serve config with a non-empty `applications:` list", source=source)
+    _check_serve_schema(raw, source)
     specs = []
     for i, entry in enumerate(raw["applications"]):
         try:
@@ -285,8 +298,26 @@ def load_serve_config(path: str | Path) -> list[AppSpec]:
         if spec.import_path == BUILDER:
             spec.app_args(source)
         specs.append(spec)
-    names = [spec.name for spec in specs]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ConfigError(f"application names must be unique; repeated: {', '.join(duplicates)}", source=source)
     return specs
+
+
+def http_options(path: str | Path) -> dict[str, Any]:
+    """The file's `http_options` (host, port, ...) as written; `{}` when it has none."""
+    raw = yaml.safe_load(Path(path).read_text())
+    options = raw.get("http_options") if isinstance(raw, dict) else None
+    return dict(options) if isinstance(options, dict) else {}
+
+
+def _check_serve_schema(raw: dict[str, Any], source: str) -> None:
+    """Serve's own validation of the file (`ray.serve.schema.ServeDeploySchema`), as `serve run` does it."""
+    from ray.serve.schema import ServeDeploySchema
+
+    try:
+        ServeDeploySchema.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(part) for part in err["loc"]) or None
+        message = str(err["msg"]).removeprefix("Value error, ")
+        if "route prefix" in message:
+            message += " Give each HTTP application its own `route_prefix`, and `route_prefix: null` to the others."
+        raise ConfigError(message, source=source, key=key) from e

@@ -7,30 +7,17 @@ Serve config files `serve run` takes, so a config behaves the same either way.
 from __future__ import annotations
 
 import importlib
-import os
 from typing import Any
 
-import ray
 from ray import serve
 
 from gym_serve.errors import ConfigError
+from gym_serve.serving.cluster import connect
 from gym_serve.serving.config import BUILDER, AppSpec, DeploymentOptions
 
-__all__ = ["agent_capacity", "connect", "deploy", "describe_status", "env_apps"]
+__all__ = ["agent_capacity", "connect", "deploy", "describe_status", "env_apps", "http_address"]
 
 _DEFAULT_AGENT_MAX_ONGOING = 256
-
-
-def connect(address: str | None = None, *, quiet: bool = True) -> str:
-    """Join the Ray cluster at `address` (or `$RAY_ADDRESS`; `auto` finds a running one), else start a local one."""
-    if ray.is_initialized():
-        return "already connected"
-    address = address or os.environ.get("RAY_ADDRESS") or "local"
-    if address == "local":
-        ray.init(address="local", include_dashboard=False, log_to_driver=not quiet)
-        return "local Ray instance"
-    ray.init(address=address, log_to_driver=not quiet)
-    return f"cluster at {address}"
 
 
 def deploy(
@@ -46,6 +33,18 @@ def deploy(
         app = _build(spec, source)
         targets.append(serve.RunTarget(target=app, name=spec.name, route_prefix=spec.route_prefix if http else None))
     serve.run_many(targets)
+
+
+def http_address() -> tuple[str, int]:
+    """Where Serve's HTTP proxies listen, as the running Serve instance has it (host, port).
+
+    On a cluster where Serve already ran, its options win over the ones `deploy`
+    asked for, so this is what URLs must be built from.
+    """
+    from ray.serve.context import _get_global_client  # Serve keeps its HTTP options on its controller client
+
+    config = _get_global_client().http_config
+    return config.host, config.port
 
 
 def _build(spec: AppSpec, source: str) -> Any:

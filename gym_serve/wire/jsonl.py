@@ -12,6 +12,7 @@ of our own outputs treat a cut-short last line as not written.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -19,7 +20,7 @@ import orjson
 
 from gym_serve.errors import InputError
 
-__all__ = ["JsonlWriter", "dumps", "loads", "read_jsonl", "scan_jsonl"]
+__all__ = ["JsonlWriter", "dumps", "loads", "read_jsonl", "replacing_jsonl", "scan_jsonl"]
 
 loads = orjson.loads
 
@@ -90,3 +91,21 @@ class JsonlWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def replacing_jsonl(path: str | Path) -> Iterator[JsonlWriter]:
+    """A writer for a file that is rebuilt whole: `path` is replaced only if the block finishes.
+
+    Rows go to `<path>.tmp`, which takes the place of `path` at the end; if
+    the block raises, the temporary file is removed and `path` is untouched, so
+    a failed run never empties an earlier output nor leaves an empty one.
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with JsonlWriter(tmp, append=False, flush=False) as writer:
+            yield writer
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
