@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RAY = str(Path(sys.executable).parent / "ray")
+
+
+def plain_env() -> dict[str, str]:
+    """This process's environment without Ray's or gym-serve's variables: a shell that set none of them."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "GYM_SERVE_"))}
 
 
 def free_port() -> int:
@@ -41,20 +48,21 @@ class RayStartCluster:
 
     def env(self, **extra: str) -> dict[str, str]:
         """An environment for a client of this cluster: Ray's token auth on with its token, nothing else of ours."""
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "GYM_SERVE_"))}
-        return {**base, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token, **extra}
+        return {**plain_env(), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token, **extra}
 
 
 @contextmanager
 def ray_start_cluster(temp_dir: Path, num_cpus: int = 4) -> Iterator[RayStartCluster]:
+    """A head node logging to `temp_dir`; Ray's own temp dir is a short one (its socket paths must fit 107 bytes)."""
+    ray_dir = Path(tempfile.mkdtemp(prefix="gsray-"))
     port, dashboard = free_port(), free_port()
     token = secrets.token_hex(16)
     log = temp_dir / "ray-start.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "GYM_SERVE_"))}
-    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    env = {**plain_env(), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+    env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"  # a test cluster stops at once, no 30 s of draining
     command = [
         RAY, "start", "--head", "--block", "--disable-usage-stats",
-        f"--port={port}", f"--num-cpus={num_cpus}", f"--temp-dir={temp_dir / 'ray'}",
+        f"--port={port}", f"--num-cpus={num_cpus}", f"--temp-dir={ray_dir}",
         "--include-dashboard=true", f"--dashboard-port={dashboard}",
         f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
     ]  # fmt: skip
@@ -66,7 +74,7 @@ def ray_start_cluster(temp_dir: Path, num_cpus: int = 4) -> Iterator[RayStartClu
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"`ray start` did not come up:\n{log.read_text()[-3000:]}")
             time.sleep(0.5)
-        yield RayStartCluster(f"127.0.0.1:{port}", token, f"http://127.0.0.1:{dashboard}", temp_dir / "ray", log)
+        yield RayStartCluster(f"127.0.0.1:{port}", token, f"http://127.0.0.1:{dashboard}", ray_dir, log)
     finally:
         proc.send_signal(signal.SIGTERM)  # `ray start --block` drains and stops the processes it started
         try:
@@ -74,3 +82,4 @@ def ray_start_cluster(temp_dir: Path, num_cpus: int = 4) -> Iterator[RayStartClu
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
+        shutil.rmtree(ray_dir, ignore_errors=True)

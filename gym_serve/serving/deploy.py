@@ -7,6 +7,7 @@ Serve config files `serve run` takes, so a config behaves the same either way.
 from __future__ import annotations
 
 import importlib
+import re
 from typing import Any
 
 from ray import serve
@@ -32,7 +33,23 @@ def deploy(
     for spec in sorted(specs, key=lambda s: s.args.get("environment") is not None):  # shared models first
         app = _build(spec, source)
         targets.append(serve.RunTarget(target=app, name=spec.name, route_prefix=spec.route_prefix if http else None))
-    serve.run_many(targets)
+    try:
+        serve.run_many(targets)
+    except RuntimeError as e:  # Serve names the deployment; the replica's own error is in its status
+        raise ConfigError(_deploy_failure([s.name for s in specs]) or str(e), source=source) from None
+
+
+def _deploy_failure(app_names: list[str]) -> str:
+    """What the replicas of the applications that failed to deploy raised, one line per deployment."""
+    reasons = []
+    for app_name, app in serve.status().applications.items():
+        if app_name not in app_names or app.status.value != "DEPLOY_FAILED":
+            continue
+        for dep_name, dep in app.deployments.items():
+            if dep.message:
+                errors = re.findall(r"^(?:[\w.]+\.)?\w*(?:Error|Exception): (.+)$", dep.message, flags=re.M)
+                reasons.append(f"`{app_name}` ({dep_name}) failed to start: {errors[-1] if errors else dep.message}")
+    return "; ".join(reasons)
 
 
 def http_address() -> tuple[str, int]:
