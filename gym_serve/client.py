@@ -82,12 +82,12 @@ class GymClient:
         time, each group's rows one after the other even while several batches stream at once.
         """
         queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
-        batches = _chunks(list(rows), batch_size)
+        batches = _batches(rows, num_repeats, batch_size)
 
-        async def send(offset: int, batch: list[dict[str, Any]]) -> None:
+        async def send(batch: list[dict[str, Any]], repeats: int) -> None:
             body = {
-                "rows": [{"_ng_task_index": offset + i, **row} for i, row in enumerate(batch)],
-                "num_repeats": num_repeats,
+                "rows": batch,
+                "num_repeats": repeats,
                 "group_size": group_size,
                 "idempotency_key": uuid.uuid4().hex,
                 **sampling,
@@ -115,8 +115,7 @@ class GymClient:
             except BaseException as e:  # surfaced to the reader below
                 queue.put_nowait(e)
 
-        offsets = [sum(len(b) for b in batches[:i]) for i in range(len(batches))]
-        senders = [asyncio.ensure_future(send(o, b)) for o, b in zip(offsets, batches, strict=True)]
+        senders = [asyncio.ensure_future(send(batch, repeats)) for batch, repeats in batches]
         done = asyncio.ensure_future(asyncio.gather(*senders, return_exceptions=True))
         done.add_done_callback(lambda _: queue.put_nowait(None))
         try:
@@ -158,8 +157,28 @@ class GymClient:
                 await asyncio.sleep(0.1 * 2**attempt * random.uniform(1.0, 1.5))
 
 
-def _chunks(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
-    return [rows[i : i + size] for i in range(0, len(rows), size)]
+def _batches(
+    rows: Iterable[dict[str, Any]], num_repeats: int, size: int
+) -> list[tuple[list[dict[str, Any]], int]]:
+    """The requests for `rows` × `num_repeats`: (rows, repeats each), with NeMo Gym's task numbering.
+
+    Identical rows are one task (numbered in order of first appearance, unless a
+    row has its own `_ng_task_index`): a row that appears `n` times is sent once,
+    with `n × num_repeats` rollouts, so its rollouts form one group.
+    """
+    tasks: dict[str, tuple[dict[str, Any], int]] = {}
+    for row in rows:
+        key = json.dumps(row, sort_keys=True)
+        numbered, count = tasks.get(key, ({"_ng_task_index": len(tasks), **row}, 0))
+        tasks[key] = (numbered, count + 1)
+    by_count: dict[int, list[dict[str, Any]]] = {}
+    for numbered, count in tasks.values():
+        by_count.setdefault(count, []).append(numbered)
+    return [
+        (same[i : i + size], count * num_repeats)
+        for count, same in by_count.items()
+        for i in range(0, len(same), size)
+    ]
 
 
 def run_sync(base_url: str, row: dict[str, Any], **options: Any) -> dict[str, Any]:

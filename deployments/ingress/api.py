@@ -54,6 +54,7 @@ from ray import serve
 from starlette.types import Receive, Scope, Send
 
 from gym_serve.collect.attempts import RetryPolicy, run_attempts
+from gym_serve.collect.task_index import TaskIndex
 from gym_serve.deployments.ingress.idempotency import IdempotencyCache, IdempotencyConflict, IdempotencyMismatch
 from gym_serve.deployments.ingress.prometheus import RolloutMetrics
 from gym_serve.errors import ConfigError
@@ -113,6 +114,12 @@ _NO_STREAMING = (
     "`stream: true` is not supported: the model tier answers whole responses; send the request without `stream` "
     "(with the openai client: stream=False, the default)"
 )
+
+
+def _openai_error(status: int, message: str, param: str) -> JSONResponse:
+    """An error in OpenAI's shape, so the official client shows its message (it reads `error.message`)."""
+    error = {"message": message, "type": "invalid_request_error", "param": param, "code": None}
+    return JSONResponse({"error": error}, status_code=status)
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -334,14 +341,19 @@ class Ingress:
             for k, v in job.model_dump(include={"temperature", "top_p", "max_output_tokens"}).items()
             if v is not None
         }
+        agents = [self._agent_of(row) for row in job.rows]
+        if refused := next((a for a in agents if isinstance(a, JSONResponse)), None):
+            return refused
+        try:
+            with TaskIndex() as tasks:  # NeMo Gym's numbering, as a collection's: identical rows are one task
+                numbered = [tasks.claim_row(row, job.num_repeats) for row in job.rows]
+        except (TypeError, ValueError):
+            return _error(400, "a row's `_ng_task_index` must be a non-negative integer")
         work: list[tuple[str, dict[str, Any]]] = []
-        for index, row in enumerate(job.rows):
-            agent = self._agent_of(row)
-            if isinstance(agent, JSONResponse):
-                return agent
-            task = row.get("_ng_task_index", index)
+        for row, agent, (task, first) in zip(job.rows, agents, numbered, strict=True):
+            assert isinstance(agent, str)
             params = {**row["responses_create_params"], **overrides}
-            for k in range(job.num_repeats):
+            for k in range(first, first + job.num_repeats):
                 work.append(
                     (
                         agent,
@@ -382,9 +394,9 @@ class Ingress:
         if self.args.model_app is None:
             return _error(404, "this ingress serves no model (set `model_app`)")
         if not isinstance(body, dict) or "input" not in body:
-            return _error(400, "a Responses request needs `input`")
+            return _openai_error(400, "a Responses request needs `input`", "input")
         if body.get("stream"):
-            return _error(400, _NO_STREAMING)
+            return _openai_error(400, _NO_STREAMING, "stream")
         model = serve.get_deployment_handle("Model", app_name=self.args.model_app)
         return JSONResponse(await model.responses.remote(body))
 
@@ -396,9 +408,9 @@ class Ingress:
         if self.args.model_app is None:
             return _error(404, "this ingress serves no model (set `model_app`)")
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            return _error(400, "a Chat Completions request needs `messages`")
+            return _openai_error(400, "a Chat Completions request needs `messages`", "messages")
         if body.get("stream"):
-            return _error(400, _NO_STREAMING)
+            return _openai_error(400, _NO_STREAMING, "stream")
         model = serve.get_deployment_handle("Model", app_name=self.args.model_app)
         response = await model.responses.remote(chat_request_to_responses(body))
         completion = responses_response_to_chat(response)
