@@ -6,7 +6,9 @@ import asyncio
 import json
 from pathlib import Path
 
-from gym_serve import ReplayModel, run_local
+import pytest
+
+from gym_serve import InputError, ReplayModel, run_local
 from gym_serve.analysis.reverify import reverify
 from gym_serve.cli import main
 from gym_serve.environment.registry import load_environment_class
@@ -49,3 +51,31 @@ def test_reverify_command(tmp_path: Path, capsys) -> None:
     path = asyncio.run(stored(tmp_path, "example_multi_step", error_rate=0.5))
     assert main(["reverify", "--rollouts", str(path), "--env", "example_multi_step"]) == 0
     assert "example_multi_step" in capsys.readouterr().out
+
+
+def test_a_failed_reverify_leaves_an_earlier_output_as_it_was(tmp_path: Path, capsys) -> None:
+    path = asyncio.run(stored(tmp_path, "example_single_tool_call", error_rate=0.0))
+    assert main(["reverify", "--rollouts", str(path), "--env", "example_single_tool_call"]) == 0
+    output = tmp_path / "out_reverified.jsonl"
+    before = output.read_bytes()
+    assert before.count(b"\n") == 12  # 6 rows, 2 rollouts each
+    with path.open("a") as rollouts:
+        rollouts.write("{not json\n")  # the run now fails at the last line
+    assert main(["reverify", "--rollouts", str(path), "--env", "example_single_tool_call"]) == 2
+    assert f"{path}, line 13" in capsys.readouterr().err
+    assert output.read_bytes() == before, "the earlier output is untouched"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "out_reverified.jsonl"], "no temporary left"
+
+
+def test_reverify_of_a_missing_file_is_an_error_that_creates_nothing(tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "nope.jsonl"
+    assert main(["reverify", "--rollouts", str(missing), "--env", "example_single_tool_call"]) == 2
+    assert f"{missing}: cannot open" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_row_of_an_agent_the_config_does_not_name_is_an_error_with_its_line(tmp_path: Path) -> None:
+    path = asyncio.run(stored(tmp_path, "example_single_tool_call", error_rate=0.0))
+    with pytest.raises(InputError, match=r"line 1, field `agent_ref.name`: no environment for agent"):
+        asyncio.run(reverify(path, {"other_agent": "example_single_tool_call"}))
+    assert not (tmp_path / "out_reverified.jsonl").exists()
