@@ -8,6 +8,7 @@ in flight (`gym_serve.serving.autoscaling`).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ray.serve import Application
@@ -15,6 +16,7 @@ from ray.serve import Application
 from gym_serve.deployments import agent, environment, replay_model
 from gym_serve.errors import ConfigError
 from gym_serve.rollout.loop import AgentConfig
+from gym_serve.serving import secrets
 from gym_serve.serving.autoscaling import BATCHED_TIER_AUTOSCALING
 from gym_serve.serving.config import (
     AppArgs,
@@ -58,7 +60,7 @@ def _model_tier(args: AppArgs) -> Application | None:
         from gym_serve.deployments import openai_model
 
         options = args.model.deployment.serve_options(openai_model.DEFAULTS, BATCHED_TIER_AUTOSCALING)
-        return _bind(openai_model.OpenAIModelDeployment, options, args.model)
+        return _bind(openai_model.OpenAIModelDeployment, options, _where_built(args.model))
     if isinstance(args.model, VLLMModelArgs):
         from gym_serve.deployments import vllm_model  # imports vLLM only where it is used
 
@@ -66,6 +68,18 @@ def _model_tier(args: AppArgs) -> Application | None:
         options = args.model.deployment.serve_options(defaults, BATCHED_TIER_AUTOSCALING)
         return _bind(vllm_model.VLLMModelDeployment, options, args.model)
     return None
+
+
+def _where_built(model: OpenAIModelArgs) -> OpenAIModelArgs:
+    """The endpoint and key as the deploying shell has them: replicas on a cluster see neither its variables.
+
+    `OPENAI_BASE_URL` (not a secret) becomes `base_url` when the config leaves it out; the key is
+    published for the replicas (`gym_serve.serving.secrets`), never put in the config.
+    """
+    secrets.share(model.api_key_env)
+    if model.base_url is None and os.environ.get("OPENAI_BASE_URL"):
+        return model.model_copy(update={"base_url": os.environ["OPENAI_BASE_URL"]})
+    return model
 
 
 def _bind(deployment: Any, options: dict[str, Any], *init_args: Any) -> Application:

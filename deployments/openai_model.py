@@ -5,19 +5,20 @@ sends Responses requests as they are; `api: chat` converts them to Chat
 Completions and back (`gym_serve.wire.chat`). The client retries 429, 5xx,
 connection errors and timeouts with exponential backoff; a semaphore bounds the
 requests one replica has in flight. The key comes from config or an
-environment variable and is held as a secret: it appears in no log, error,
-rollout or anything served over HTTP.
+environment variable (the replica's own, else the value the deployer published
+to the cluster, `gym_serve.serving.secrets`) and is held as a secret: it appears
+in no log, error, rollout or anything served over HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 from ray import serve
 
 from gym_serve.errors import ModelError
+from gym_serve.serving import secrets
 from gym_serve.serving.autoscaling import Load
 from gym_serve.serving.batching import BatchedResponses
 from gym_serve.serving.config import OpenAIModelArgs
@@ -47,7 +48,7 @@ class OpenAIModelDeployment(BatchedResponses):
     def __init__(self, args: OpenAIModelArgs) -> None:
         from openai import AsyncOpenAI
 
-        key = args.api_key.get_secret_value() if args.api_key else os.environ.get(args.api_key_env, "")
+        key = args.api_key.get_secret_value() if args.api_key else secrets.lookup(args.api_key_env)
         self.args = args
         self.client = AsyncOpenAI(
             base_url=args.base_url, api_key=key or "none", max_retries=args.max_retries, timeout=args.timeout_s

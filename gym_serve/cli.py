@@ -127,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     env_test.set_defaults(func=cmd_env_test)
     env_init = env.add_parser("init", help="scaffold a new environment: a package of its own that passes `env test`")
     env_init.add_argument("name", metavar="NAME", help="the environment's (and its package's) name, e.g. letter_count")
-    env_init.add_argument("--dir", help="where to write the package (default: ./NAME)")
+    env_init.add_argument("--dir", help="where to write the package (default: ./gym-serve-NAME, `_` as `-`)")
     env_init.set_defaults(func=cmd_env_init)
 
     listing = sub.add_parser("list", help="the environments (built in and installed) and the applications running")
@@ -303,9 +303,9 @@ def cmd_env_test(args: argparse.Namespace) -> int:
 
 
 def cmd_env_init(args: argparse.Namespace) -> int:
-    from gym_serve.analysis.scaffold import scaffold
+    from gym_serve.analysis.scaffold import distribution_name, scaffold
 
-    directory = Path(args.dir or args.name)
+    directory = Path(args.dir or distribution_name(args.name))
     files = scaffold(args.name, directory)
     print(f"Wrote the environment `{args.name}` as a package of its own in {directory}/:")
     print("\n".join(f"  {path}" for path in files))
@@ -334,8 +334,11 @@ def _running_applications(address: str | None) -> str:
     from gym_serve.errors import ClusterError
     from gym_serve.serving import deploy as serving
 
+    address = address or os.environ.get("RAY_ADDRESS") or "auto"
+    if address == "local":
+        return "Applications: none (RAY_ADDRESS=local names no running cluster to ask)"
     try:
-        cluster = serving.connect(address or os.environ.get("RAY_ADDRESS") or "auto")
+        cluster = serving.connect(address)
     except ClusterError as e:
         return f"Applications: none: {e}"
     try:
@@ -412,7 +415,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     config = resources.files("gym_serve.deployments") / DEMO_CONFIG
     specs = load_serve_config(str(config))
     print("Starting a local Ray instance and deploying the example environments (replay model, no GPU)...")
-    serving.connect()
+    print(f"Ray: {serving.connect()}")
     serving.deploy(specs, source=str(config))
     print(serving.describe_status([s.name for s in specs]) + "\n")
     results = {}

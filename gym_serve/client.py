@@ -157,9 +157,7 @@ class GymClient:
                 await asyncio.sleep(0.1 * 2**attempt * random.uniform(1.0, 1.5))
 
 
-def _batches(
-    rows: Iterable[dict[str, Any]], num_repeats: int, size: int
-) -> list[tuple[list[dict[str, Any]], int]]:
+def _batches(rows: Iterable[dict[str, Any]], num_repeats: int, size: int) -> list[tuple[list[dict[str, Any]], int]]:
     """The requests for `rows` × `num_repeats`: (rows, repeats each), with NeMo Gym's task numbering.
 
     Identical rows are one task (numbered in order of first appearance, unless a

@@ -52,14 +52,20 @@ class RayStartCluster:
 
 
 @contextmanager
-def ray_start_cluster(temp_dir: Path, num_cpus: int = 4) -> Iterator[RayStartCluster]:
-    """A head node logging to `temp_dir`; Ray's own temp dir is a short one (its socket paths must fit 107 bytes)."""
+def ray_start_cluster(
+    temp_dir: Path, num_cpus: int = 4, node_env: dict[str, str] | None = None
+) -> Iterator[RayStartCluster]:
+    """A head node logging to `temp_dir`; Ray's own temp dir is a short one (its socket paths must fit 107 bytes).
+
+    `node_env`: variables the node's processes (and so every replica) see, as set on a real cluster's nodes.
+    """
     ray_dir = Path(tempfile.mkdtemp(prefix="gsray-"))
     port, dashboard = free_port(), free_port()
     token = secrets.token_hex(16)
     log = temp_dir / "ray-start.log"
     env = {**plain_env(), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
     env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"  # a test cluster stops at once, no 30 s of draining
+    env.update(node_env or {})
     command = [
         RAY, "start", "--head", "--block", "--disable-usage-stats",
         f"--port={port}", f"--num-cpus={num_cpus}", f"--temp-dir={ray_dir}",

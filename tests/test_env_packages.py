@@ -47,7 +47,7 @@ def test_env_init_writes_a_package_that_passes_its_tests_and_env_test(tmp_path: 
         in (package / "pyproject.toml").read_text()
     )
 
-    site = dist_info(tmp_path / "site", "letter-count", {"letter_count": "letter_count:LetterCount"})
+    site = dist_info(tmp_path / "site", "gym-serve-letter-count", {"letter_count": "letter_count:LetterCount"})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(package), str(site)])}
     env.pop("RAY_ADDRESS", None)
     own_tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
@@ -55,7 +55,7 @@ def test_env_init_writes_a_package_that_passes_its_tests_and_env_test(tmp_path: 
     assert own_tests.returncode == 0 and "4 passed" in own_tests.stdout, own_tests.stdout[-3000:]
 
     listed = subprocess.run([*GYM_SERVE, "list"], env=env, capture_output=True, text=True, timeout=120)
-    assert "letter_count                 letter-count 0.1.0 (letter_count:LetterCount)" in listed.stdout
+    assert "letter_count                 gym-serve-letter-count 0.1.0 (letter_count:LetterCount)" in listed.stdout
     checked = subprocess.run([*GYM_SERVE, "env", "test", "letter_count", "--address", "local"],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=200)  # fmt: skip
     assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]

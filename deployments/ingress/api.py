@@ -41,7 +41,6 @@ import asyncio
 import hashlib
 import hmac
 import json
-import os
 import random
 import time
 from collections.abc import AsyncIterator
@@ -454,9 +453,7 @@ def build_ingress(args: dict[str, Any]) -> Any:
     the ingress is then told to require it, so auth cannot silently be off.
     """
     parsed = IngressArgs.model_validate(args)
-    token = os.environ.get(parsed.token_env)
-    if token:
-        secrets.publish(parsed.token_env, token)
+    if secrets.share(parsed.token_env):
         parsed = parsed.model_copy(update={"require_token": True})
     else:
         secrets.withdraw(parsed.token_env)  # a token published by an earlier deployment is not this one's

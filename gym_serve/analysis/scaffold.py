@@ -25,7 +25,17 @@ from string import Template
 from gym_serve.environment.registry import ENTRY_POINT_GROUP, available_environments
 from gym_serve.errors import ConfigError
 
-__all__ = ["scaffold"]
+__all__ = ["distribution_name", "scaffold"]
+
+
+def distribution_name(name: str) -> str:
+    """`letter_count` → `gym-serve-letter-count`: the package's distribution, and its folder's default name.
+
+    The folder is not named like the import package: a folder `letter_count/` without an `__init__.py`
+    on `sys.path` (the current directory, for `python -m` or pytest) would be imported as an empty
+    namespace package instead of the installed environment.
+    """
+    return "gym-serve-" + name.replace("_", "-")
 
 
 def scaffold(name: str, directory: Path) -> list[Path]:
@@ -36,7 +46,7 @@ def scaffold(name: str, directory: Path) -> list[Path]:
     fields = {
         "name": name,
         "cls": "".join(part.capitalize() for part in name.split("_")),
-        "dist": name.replace("_", "-"),
+        "dist": distribution_name(name),
         "group": ENTRY_POINT_GROUP,
     }
     written = []

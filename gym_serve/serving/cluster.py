@@ -71,6 +71,8 @@ def connect(address: str | None = None, *, quiet: bool = True) -> Cluster:
         ray.init(address=address, log_to_driver=not quiet)
         return _describe(address)
     target, note = _resolve(address)
+    if target == "local":  # `auto` with RAY_ADDRESS=local: a new local instance, as `ray.init("auto")` starts
+        return connect("local", quiet=quiet)
     _probe(target)
     ray.init(address=target, log_to_driver=not quiet)
     return _describe(target, note)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["lookup", "publish", "withdraw"]
+__all__ = ["lookup", "publish", "share", "withdraw"]
 
 _NAMESPACE = "gym_serve_secrets"
 
@@ -26,6 +26,14 @@ def publish(name: str, value: str) -> None:
     from ray.experimental import internal_kv
 
     internal_kv._internal_kv_put(name, value, overwrite=True, namespace=_NAMESPACE)
+
+
+def share(name: str) -> bool:
+    """Publish this process's environment variable `name`, if it is set; True if it was."""
+    value = os.environ.get(name)
+    if value:
+        publish(name, value)
+    return bool(value)
 
 
 def withdraw(name: str) -> None:
