@@ -286,7 +286,9 @@ def cmd_reverify(args: argparse.Namespace) -> int:
 
 def cmd_env_test(args: argparse.Namespace) -> int:
     from gym_serve.analysis.check import check_environment
+    from gym_serve.serving import deploy as serving
 
+    print(f"Ray: {serving.connect(args.address)}")
     failed = []
     for name in args.names:
         print(f"Checking {name}: example data, recordings, then every row through Serve (replay model)...")

@@ -177,7 +177,7 @@ def wait_ready(proc: subprocess.Popen[bytes] | None, server: Server, probe: Call
             )
         if time.monotonic() > deadline:
             pytest.fail(f"`{server.command}` did not serve within {READY_TIMEOUT_S} s: {problem}\n{server.output()}")
-        time.sleep(2)
+        time.sleep(0.5)
         problem = probe()
 
 
