@@ -4,12 +4,15 @@
 `collect` writes rollouts for a file of tasks; `profile` and `reverify` work on the files it wrote;
 `env init` / `env test` scaffold and check an environment; `list` shows the environments and the
 applications running; `bench` runs a benchmark. `gym-serve COMMAND --help` for each.
+
+Over 400 lines: the parser and one short function per command, each reading its arguments and calling
+the layer that does the work; a command that grows logic of its own moves it into that layer.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import os
 import shlex
 import sys
 import time
@@ -22,7 +25,7 @@ from pydantic import ValidationError
 
 from gym_serve.collect.job import CollectJob, CollectSummary
 from gym_serve.errors import ConfigError, GymServeError, InputError
-from gym_serve.serving.config import BUILDER, AppSpec, http_options, load_serve_config
+from gym_serve.serving.config import http_options, load_serve_config
 
 __all__ = ["main"]
 
@@ -149,6 +152,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from gym_serve.deployments.endpoints import describe_endpoints
     from gym_serve.serving import deploy as serving
 
     specs = load_serve_config(args.config)
@@ -160,48 +164,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     serving.deploy(specs, source=args.config, http=True, http_host=host, http_port=port)
     print(f"\nDeployed {len(specs)} application(s) from {args.config}:\n")
     print(serving.describe_status([s.name for s in specs]))
-    print("\n" + _http_endpoints(specs, *serving.http_address()))
+    print("\n" + describe_endpoints(specs, *serving.http_address()))
     if args.block or cluster.is_local:
         print("\nServing; Ctrl-C to stop" + (" (the local Ray instance stops with it)." if cluster.is_local else "."))
         while True:
             time.sleep(3600)
     return 0
-
-
-def _http_endpoints(specs: list[AppSpec], host: str, port: int) -> str:
-    """The URLs the deployed applications answer on, as Serve's proxy really serves them."""
-    import ray
-    from fastapi.routing import APIRoute
-
-    from gym_serve.deployments.ingress.api import app as ingress_app
-
-    shown = ray.util.get_node_ip_address() if host in ("0.0.0.0", "::") else host  # all interfaces: this node's
-    base = f"http://{shown}:{port}"
-    lines = []
-    for spec in specs:
-        if spec.route_prefix is None:
-            continue
-        prefix = spec.route_prefix.rstrip("/")
-        if _is_ingress(spec):
-            lines.append(f"{spec.name}: the HTTP ingress")
-            for route in ingress_app.routes:
-                if isinstance(route, APIRoute):  # the endpoints, not FastAPI's own /openapi.json
-                    lines += [f"  {method:<5} {base}{prefix}{route.path}" for method in sorted(route.methods)]
-        elif spec.import_path == BUILDER and spec.args.get("environment") is not None:
-            lines.append(f"{spec.name}: one input row in, one rollout row out\n  POST  {base}{prefix or '/'}")
-        else:
-            lines.append(f"{spec.name}:\n  {base}{prefix or '/'}")
-    return "HTTP:\n" + "\n".join(lines) if lines else "HTTP: no application has a route_prefix"
-
-
-def _is_ingress(spec: AppSpec) -> bool:
-    """Does the application's import path name our HTTP ingress's builder (by any of its module paths)?"""
-    from gym_serve.deployments.ingress.api import build_ingress
-
-    module, _, attr = spec.import_path.partition(":")
-    return module.startswith("gym_serve.deployments.ingress") and (
-        getattr(importlib.import_module(module), attr, None) is build_ingress
-    )
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
@@ -331,8 +299,6 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _running_applications(address: str | None) -> str:
     """The Serve applications on the cluster at `address` (or the one running here), or why there are none."""
-    import os
-
     from gym_serve.errors import ClusterError
     from gym_serve.serving import deploy as serving
 

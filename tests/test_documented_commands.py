@@ -182,7 +182,13 @@ def wait_ready(proc: subprocess.Popen[bytes] | None, server: Server, probe: Call
 
 
 def serve_config_probe(config: Path, port: int) -> Callable[[], str | None]:
-    """A real request to every HTTP application of `config`: None once each answers it, else what did not."""
+    """A real request to every HTTP application of `config`: None once each answers it, else what did not.
+
+    An environment application gets one of its environment's example rows and must return a rollout; an
+    environment without `data/example.jsonl` gets an empty row and must refuse it with our 400 (the
+    application, not the proxy, answered). The ingress must pass `/healthz`, run a rollout the same way,
+    and answer a model call when it serves a model.
+    """
     specs = load_serve_config(config)
     environments = {
         s.name: s.app_args(str(config)).environment.name  # type: ignore[union-attr]
@@ -190,24 +196,34 @@ def serve_config_probe(config: Path, port: int) -> Callable[[], str | None]:
         if s.import_path == BUILDER and s.args.get("environment")
     }
 
+    def rollout(url: str, agent: str) -> str | None:
+        try:
+            row: dict[str, Any] = example_rows(environments[agent])[0]
+        except FileNotFoundError:
+            status, body = http(url, {})
+            return None if status == 400 and "responses_create_params" in body else f"POST {url} {{}}: {status} {body}"
+        status, body = http(url, row)
+        return None if status == 200 and "reward" in body else f"POST {url}: {status} {body[:300]}"
+
     def probe() -> str | None:
         for spec in specs:
             if spec.route_prefix is None:
                 continue
             url = f"http://127.0.0.1:{port}{spec.route_prefix.rstrip('/')}"
             if spec.import_path == INGRESS:
-                agent = spec.args.get("default_agent") or spec.args["agents"][0]
                 if (status := http(f"{url}/healthz")[0]) != 200:
                     return f"{url}/healthz: {status}"
-                checks = [(f"{url}/run", example_rows(environments[agent])[0])]
+                if spec.args.get("model_app"):
+                    status, body = http(f"{url}/v1/responses", {"input": "Say hi.", "max_output_tokens": 4})
+                    if status != 200:
+                        return f"POST {url}/v1/responses: {status} {body[:300]}"
+                problem = rollout(f"{url}/run", spec.args.get("default_agent") or spec.args["agents"][0])
             elif spec.name in environments:
-                checks = [(url, example_rows(environments[spec.name])[0])]
+                problem = rollout(url, spec.name)
             else:
                 continue
-            for target, row in checks:
-                status, body = http(target, row)
-                if status != 200 or "reward" not in body:
-                    return f"POST {target}: {status} {body[:300]}"
+            if problem is not None:
+                return problem
         return None
 
     return probe
@@ -358,13 +374,16 @@ def ci_command() -> str:
 # ---- the tests ---------------------------------------------------------------------------------------------
 
 
+def _engine(config: Path) -> bool:
+    """Is this a Serve config that starts a vLLM engine (a `kind: vllm` model tier)?"""
+    raw = yaml.safe_load(config.read_text())
+    apps = raw.get("applications", []) if isinstance(raw, dict) else []
+    return any(((app.get("args") or {}).get("model") or {}).get("kind") == "vllm" for app in apps)
+
+
 def _uses_vllm(block: Block) -> bool:
-    for command in block.commands:
-        for word in command.text.split():
-            path = REPO / word
-            if word.endswith(".yaml") and path.is_file() and "kind: vllm" in path.read_text():
-                return True
-    return False
+    words = [w for command in block.commands for w in command.text.split()]
+    return any(w.endswith(".yaml") and (REPO / w).is_file() and _engine(REPO / w) for w in words)
 
 
 BLOCKS = blocks(REPO)
@@ -418,7 +437,7 @@ def _served_by_a_session() -> set[str]:
 
 
 CONFIGS = [
-    pytest.param(path, id=path, marks=[pytest.mark.slow] if "kind: vllm" in (REPO / path).read_text() else [])
+    pytest.param(path, id=path, marks=[pytest.mark.slow] if _engine(REPO / path) else [])
     for path in sorted(str(p.relative_to(REPO)) for p in (REPO / "deployments").glob("*.yaml"))
     if path not in _served_by_a_session()
 ]
