@@ -166,3 +166,12 @@ def test_an_ingress_asked_for_auth_that_finds_no_token_refuses_to_start(
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     assert "requires a bearer token" in result.stderr and "GYM_SERVE_TEST_UNSET_TOKEN" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_an_address_that_is_not_one_is_refused_before_anything_starts() -> None:
+    from gym_serve.errors import ClusterError
+    from gym_serve.serving.cluster import connect
+
+    with pytest.raises(ClusterError, match=r"`head-node` is not a Ray address: expected HOST:PORT"):
+        connect("head-node")
+    assert not ray.is_initialized()
