@@ -70,8 +70,13 @@ def main() -> None:
         [AppSpec.model_validate(a) for a in (app, ingress)], source="<benchmark>", http=True, http_port=port
     )
     work = Path(tempfile.mkdtemp(prefix="gym-serve-http-"))
-    source = harness.rows_file(work / "in.jsonl", args.rollouts)
-    rows = [json.loads(line) for line in source.read_text().splitlines()]
+    # distinct tasks (identical rows would be one task with many rollouts, sent as one request)
+    rows = [
+        {**json.loads(line), "id": i}
+        for i, line in enumerate(harness.rows_file(work / "in.jsonl", args.rollouts).read_text().splitlines())
+    ]
+    source = work / "in.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
     url = f"http://127.0.0.1:{port}"
 
     asyncio.run(over_http(url, rows[: 2 * BATCH], args.in_flight))  # warm up

@@ -8,16 +8,19 @@ in flight (`gym_serve.serving.autoscaling`).
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, TypeVar
 
 from ray.serve import Application
 
 from gym_serve.deployments import agent, environment, replay_model
 from gym_serve.errors import ConfigError
 from gym_serve.rollout.loop import AgentConfig
+from gym_serve.serving import secrets
 from gym_serve.serving.autoscaling import BATCHED_TIER_AUTOSCALING
 from gym_serve.serving.config import (
     AppArgs,
+    HTTPModelArgs,
     ModelRefArgs,
     OpenAIModelArgs,
     ReplayModelArgs,
@@ -27,6 +30,8 @@ from gym_serve.serving.config import (
 )
 
 __all__ = ["build_app"]
+
+HTTPArgs = TypeVar("HTTPArgs", bound=HTTPModelArgs)
 
 
 def build_app(args: AppArgs | dict[str, Any]) -> Application:
@@ -59,12 +64,12 @@ def _model_tier(args: AppArgs) -> Application | None:
         from gym_serve.deployments import openai_model
 
         options = args.model.deployment.serve_options(openai_model.DEFAULTS, BATCHED_TIER_AUTOSCALING)
-        return _bind(openai_model.OpenAIModelDeployment, options, args.model)
+        return _bind(openai_model.OpenAIModelDeployment, options, _where_built(args.model))
     if isinstance(args.model, VLLMHTTPModelArgs):
         from gym_serve.deployments import vllm_http_model
 
         options = args.model.deployment.serve_options(vllm_http_model.DEFAULTS, BATCHED_TIER_AUTOSCALING)
-        return _bind(vllm_http_model.VLLMHTTPModelDeployment, options, args.model)
+        return _bind(vllm_http_model.VLLMHTTPModelDeployment, options, _where_built(args.model))
     if isinstance(args.model, VLLMModelArgs):
         from gym_serve.deployments import vllm_model  # imports vLLM only where it is used
 
@@ -72,6 +77,18 @@ def _model_tier(args: AppArgs) -> Application | None:
         options = args.model.deployment.serve_options(defaults, BATCHED_TIER_AUTOSCALING)
         return _bind(vllm_model.VLLMModelDeployment, options, args.model)
     return None
+
+
+def _where_built(model: HTTPArgs) -> HTTPArgs:
+    """The endpoint and key as the deploying shell has them: replicas on a cluster see neither its variables.
+
+    `OPENAI_BASE_URL` (not a secret) becomes an `openai` tier's `base_url` when the config leaves it out;
+    the key is published for the replicas (`gym_serve.serving.secrets`), never put in the config.
+    """
+    secrets.share(model.api_key_env)
+    if model.base_url is None and os.environ.get("OPENAI_BASE_URL"):
+        return model.model_copy(update={"base_url": os.environ["OPENAI_BASE_URL"]})
+    return model
 
 
 def _bind(deployment: Any, options: dict[str, Any], *init_args: Any) -> Application:

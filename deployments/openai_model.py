@@ -7,7 +7,8 @@ aiohttp session per replica (`gym_serve.serving.http_endpoint`: retries on 429,
 5xx, connection errors and timeouts with backoff; at most `max_concurrency` in
 flight), not the official `openai` client, which cost about 6 ms of CPU per call
 here against ~0.5 ms (see that module). The key comes from config or an
-environment variable and is held as a secret: it appears in no log, error,
+environment variable (the replica's own, else the value the deployer published
+to the cluster, `gym_serve.serving.secrets`) and is held as a secret: it appears in no log, error,
 rollout or anything served over HTTP.
 """
 

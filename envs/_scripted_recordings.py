@@ -19,7 +19,7 @@ from typing import Any
 
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.environment.runner import EnvRunner
-from gym_serve.envs._recording import Example, call, message, record
+from gym_serve.testing.recording import Example, call, message, record
 from gym_serve.verifiers.llm_judge import build_judge_request
 
 

@@ -8,6 +8,7 @@ from gym_serve.environment.core import Environment, Task, Turn, Verdict
 from gym_serve.environment.runner import EnvInfo, EnvRunner
 from gym_serve.environment.tools import tool
 from gym_serve.errors import (
+    ClusterError,
     ConfigError,
     EnvError,
     FailureKind,
@@ -27,6 +28,7 @@ from gym_serve.wire.tokens import ContiguityReport, check_contiguity
 
 __all__ = [
     "AgentConfig",
+    "ClusterError",
     "ConfigError",
     "ContiguityReport",
     "EnvError",

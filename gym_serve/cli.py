@@ -1,8 +1,19 @@
-"""The `gym-serve` command line: `up`, `collect`, `demo`."""
+"""The `gym-serve` command line.
+
+`demo` runs the example environments end to end; `up` deploys a Serve config and prints its URLs;
+`collect` writes rollouts for a file of tasks; `profile` and `reverify` work on the files it wrote;
+`env init` / `env test` scaffold and check an environment; `list` shows the environments and the
+applications running; `bench` runs a benchmark. `gym-serve COMMAND --help` for each.
+
+Over 400 lines: the parser and one short function per command, each reading its arguments and calling
+the layer that does the work; a command that grows logic of its own moves it into that layer.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
 import time
 from datetime import datetime
@@ -10,9 +21,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from gym_serve.collect.job import CollectJob, CollectSummary
 from gym_serve.errors import ConfigError, GymServeError, InputError
-from gym_serve.serving.config import load_serve_config
+from gym_serve.serving.config import http_options, load_serve_config
 
 __all__ = ["main"]
 
@@ -23,6 +36,7 @@ DEMO_ENVS = ("example_single_tool_call", "example_multi_step", "example_session_
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return args.func(args)
     except GymServeError as e:
@@ -42,8 +56,8 @@ def _parser() -> argparse.ArgumentParser:
         "--address",
         help="Ray cluster address, e.g. `auto` for a running one (default: $RAY_ADDRESS, else a new local one)",
     )
-    up.add_argument("--http-host", default="127.0.0.1")
-    up.add_argument("--http-port", type=int, default=8000)
+    up.add_argument("--http-host", help="where Serve's HTTP proxy listens (default: the config's, else 127.0.0.1)")
+    up.add_argument("--http-port", type=int, help="its port (default: the config's `http_options.port`, else 8000)")
     up.add_argument("--block", action="store_true", help="keep running until Ctrl-C (always, on a local cluster)")
     up.set_defaults(func=cmd_up)
 
@@ -104,7 +118,9 @@ def _parser() -> argparse.ArgumentParser:
 
     env = sub.add_parser("env", help="work on an environment").add_subparsers(required=True, metavar="ACTION")
     env_test = env.add_parser("test", help="check an environment: its data, recordings, and every row through Serve")
-    env_test.add_argument("names", nargs="+", metavar="NAME", help="environments under envs/ (or module:Class)")
+    env_test.add_argument(
+        "names", nargs="+", metavar="NAME", help="environments: built in, installed (`gym-serve list`) or module:Class"
+    )
     env_test.add_argument(
         "--verify-budget",
         type=float,
@@ -112,11 +128,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     env_test.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a new local one)")
     env_test.set_defaults(func=cmd_env_test)
+    env_init = env.add_parser("init", help="scaffold a new environment: a package of its own that passes `env test`")
+    env_init.add_argument("name", metavar="NAME", help="the environment's (and its package's) name, e.g. letter_count")
+    env_init.add_argument("--dir", help="where to write the package (default: ./gym-serve-NAME, `_` as `-`)")
+    env_init.set_defaults(func=cmd_env_init)
+
+    listing = sub.add_parser("list", help="the environments (built in and installed) and the applications running")
+    listing.add_argument(
+        "--address", help="the Ray cluster to ask (default: $RAY_ADDRESS, else the one running on this machine)"
+    )
+    listing.set_defaults(func=cmd_list)
 
     bench = sub.add_parser("bench", help="run a benchmark of benchmarks/ (in a source checkout)")
-    bench.add_argument(
-        "name", help="throughput, autoscaling, scale_out, memory, verifiers, http_ingress, model_tier, http_model"
-    )
+    bench.add_argument("name", help=", ".join(_benchmarks()) or "a script of benchmarks/ (in a source checkout)")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="the benchmark's own options (see NAME --help)")
     bench.set_defaults(func=cmd_bench)
 
@@ -128,18 +152,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from gym_serve.deployments.endpoints import describe_endpoints
     from gym_serve.serving import deploy as serving
 
     specs = load_serve_config(args.config)
-    where = serving.connect(args.address)
-    serving.deploy(specs, source=args.config, http=True, http_host=args.http_host, http_port=args.http_port)
-    print(f"Deployed {len(specs)} application(s) from {args.config} on {where}:\n")
+    http = http_options(args.config)
+    host = args.http_host or http.get("host") or "127.0.0.1"
+    port = args.http_port or http.get("port") or 8000
+    cluster = serving.connect(args.address)
+    print(f"Ray: {cluster}")
+    serving.deploy(specs, source=args.config, http=True, http_host=host, http_port=port)
+    print(f"\nDeployed {len(specs)} application(s) from {args.config}:\n")
     print(serving.describe_status([s.name for s in specs]))
-    routes = [f"  POST http://{args.http_host}:{args.http_port}{s.route_prefix}" for s in specs if s.route_prefix]
-    if routes:
-        print("\nHTTP (one input row in, one rollout row out):\n" + "\n".join(routes))
-    if args.block or where == "local Ray instance":
-        print("\nServing; Ctrl-C to stop.")
+    print("\n" + describe_endpoints(specs, *serving.http_address()))
+    if args.block or cluster.is_local:
+        print("\nServing; Ctrl-C to stop" + (" (the local Ray instance stops with it)." if cluster.is_local else "."))
         while True:
             time.sleep(3600)
     return 0
@@ -159,12 +186,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
         [args.agent] if args.agent and args.agent not in serving.env_apps(specs) else []
     )
     default_agent = args.agent or (agents[0] if len(agents) == 1 else None)
-    serving.connect(args.address)
-    if not args.no_deploy:
-        serving.deploy(specs, source=args.config)
-    concurrency = args.concurrency or serving.agent_capacity(specs, args.config)
-    summary = _collect(
-        CollectJob(
+    try:
+        job = CollectJob(
             input_path=str(Path(args.input).resolve()),
             output_path=str(Path(args.output).resolve()),
             agents=agents,
@@ -172,7 +195,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
             num_repeats=args.num_repeats,
             limit=args.limit,
             params_overrides=overrides,
-            concurrency=concurrency,
+            concurrency=args.concurrency or serving.agent_capacity(specs, args.config),
             attempt_timeout_s=args.rollout_timeout,
             max_attempts=args.max_attempts,
             resume=args.resume,
@@ -180,7 +203,16 @@ def cmd_collect(args: argparse.Namespace) -> int:
             shard_index=args.shard[0],
             shard_count=args.shard[1],
         )
-    )
+    except ValidationError as e:  # before anything starts: the arguments do not fit this config
+        raise ConfigError(str(e.errors()[0]["msg"]).removeprefix("Value error, "), source=args.config) from None
+    print(f"Ray: {serving.connect(args.address)}")
+    if not args.no_deploy:
+        serving.deploy(specs, source=args.config)
+    try:
+        summary = _collect(job)
+    except KeyboardInterrupt:
+        print(_resume_hint(args.argv, job), file=sys.stderr)
+        return 130
     print(_format_summary(summary))
     _echo_bad_rows(summary)
     return 0 if summary.rollouts + summary.rollouts_resumed > 0 else 1
@@ -211,6 +243,15 @@ def _echo_bad_rows(summary: CollectSummary) -> None:
     rest = len(errors) - SHOWN_BAD_ROWS
     print(
         f"  ({'and ' + str(rest) + ' more; ' if rest > 0 else ''}all are in {summary.failures_path})", file=sys.stderr
+    )
+
+
+def _resume_hint(argv: list[str], job: CollectJob) -> str:
+    """What to type to finish an interrupted collection: the same command with `--resume`."""
+    command = shlex.join(["gym-serve", *argv, *([] if "--resume" in argv else ["--resume"])])
+    return (
+        f"\nInterrupted. The rollouts that finished are in {job.output_path} (failures in its _failures.jsonl);"
+        f" to run only the rest:\n  {command}"
     )
 
 
@@ -251,7 +292,9 @@ def cmd_reverify(args: argparse.Namespace) -> int:
 
 def cmd_env_test(args: argparse.Namespace) -> int:
     from gym_serve.analysis.check import check_environment
+    from gym_serve.serving import deploy as serving
 
+    print(f"Ray: {serving.connect(args.address)}")
     failed = []
     for name in args.names:
         print(f"Checking {name}: example data, recordings, then every row through Serve (replay model)...")
@@ -267,19 +310,68 @@ def cmd_env_test(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_env_init(args: argparse.Namespace) -> int:
+    from gym_serve.analysis.scaffold import distribution_name, scaffold
+
+    directory = Path(args.dir or distribution_name(args.name))
+    files = scaffold(args.name, directory)
+    print(f"Wrote the environment `{args.name}` as a package of its own in {directory}/:")
+    print("\n".join(f"  {path}" for path in files))
+    print(f"\nNext:\n  pip install -e {directory}\n  gym-serve env test {args.name}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from gym_serve.environment.registry import available_environments, installed_environments
+
+    installed = installed_environments()
+    print(f"{'environment':<28} from")
+    for name in available_environments():
+        entry = installed.get(name)
+        where = f"{entry.dist.name} {entry.dist.version} ({entry.value})" if entry and entry.dist else "built in"
+        print(f"{name:<28} {where}")
+    print()
+    print(_running_applications(args.address))
+    return 0
+
+
+def _running_applications(address: str | None) -> str:
+    """The Serve applications on the cluster at `address` (or the one running here), or why there are none."""
+    from gym_serve.errors import ClusterError
+    from gym_serve.serving import deploy as serving
+
+    address = address or os.environ.get("RAY_ADDRESS") or "auto"
+    if address == "local":
+        return "Applications: none (RAY_ADDRESS=local names no running cluster to ask)"
+    try:
+        cluster = serving.connect(address)
+    except ClusterError as e:
+        return f"Applications: none: {e}"
+    try:
+        table = serving.describe_status()
+    except Exception as e:  # no Serve instance on that cluster
+        return f"Applications on {cluster}: none ({type(e).__name__}: {e})"
+    return f"Applications on {cluster}:\n" + (table if "\n" in table else "none")
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Benchmarks are scripts beside the packages in a source checkout (they are not installed)."""
     import subprocess
 
-    folder = Path(__file__).resolve().parents[1] / "benchmarks"
-    script = folder / f"{args.name}.py"
-    if not script.is_file() or args.name == "harness":
-        known = sorted(p.stem for p in folder.glob("*.py") if p.stem != "harness") if folder.is_dir() else []
+    if args.name not in _benchmarks():
         raise InputError(
-            f"no benchmark `{args.name}`; available: {', '.join(known) or 'none (not a source checkout)'}",
-            source=str(folder),
+            f"no benchmark `{args.name}`; available: {', '.join(_benchmarks()) or 'none (not a source checkout)'}",
+            source=str(_BENCHMARKS),
         )
-    return subprocess.call([sys.executable, str(script), *args.args])
+    return subprocess.call([sys.executable, str(_BENCHMARKS / f"{args.name}.py"), *args.args])
+
+
+_BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _benchmarks() -> list[str]:
+    """The benchmark scripts beside the packages (none in an installed wheel); `harness` is their shared code."""
+    return sorted(p.stem for p in _BENCHMARKS.glob("*.py") if p.stem != "harness") if _BENCHMARKS.is_dir() else []
 
 
 def _environments(config: str) -> dict[str, str]:
@@ -336,7 +428,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     config = resources.files("gym_serve.deployments") / DEMO_CONFIG
     specs = load_serve_config(str(config))
     print("Starting a local Ray instance and deploying the example environments (replay model, no GPU)...")
-    serving.connect()
+    print(f"Ray: {serving.connect()}")
     serving.deploy(specs, source=str(config))
     print(serving.describe_status([s.name for s in specs]) + "\n")
     results = {}

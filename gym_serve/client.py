@@ -76,30 +76,46 @@ class GymClient:
         batch_size: int = 64,
         **sampling: Any,
     ) -> AsyncIterator[dict[str, Any]]:
-        """Rollouts of `rows` × `num_repeats`, yielded as they complete; rows go out in batches of `batch_size`."""
-        queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
-        batches = _chunks(list(rows), batch_size)
+        """Rollouts of `rows` × `num_repeats`, yielded as they complete; rows go out in batches of `batch_size`.
 
-        async def send(offset: int, batch: list[dict[str, Any]]) -> None:
+        With `group_size`, rollouts come in groups of one task's (of one agent) rollouts, `group_size` at a
+        time, each group's rows one after the other even while several batches stream at once.
+        """
+        queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
+        batches = _batches(rows, num_repeats, batch_size)
+
+        async def send(batch: list[dict[str, Any]], repeats: int) -> None:
             body = {
-                "rows": [{"_ng_task_index": offset + i, **row} for i, row in enumerate(batch)],
-                "num_repeats": num_repeats,
+                "rows": batch,
+                "num_repeats": repeats,
                 "group_size": group_size,
                 "idempotency_key": uuid.uuid4().hex,
                 **sampling,
             }
-            seen: set[tuple[Any, Any]] = set()  # a re-sent batch replays lines this one already yielded
+            seen: set[tuple[Any, Any, Any]] = set()  # a re-sent batch replays lines this one already yielded
+            groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
             try:
                 async for result in self._post_lines("/v1/rollouts", body):
-                    key = (result.get("_ng_task_index"), result.get("_ng_rollout_index"))
-                    if key not in seen:
-                        seen.add(key)
-                        await queue.put(result)
+                    task = ((result.get("agent_ref") or {}).get("name"), result.get("_ng_task_index"))
+                    key = (*task, result.get("_ng_rollout_index"))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    if group_size is None:
+                        queue.put_nowait(result)
+                        continue
+                    group = groups.setdefault(task, [])
+                    group.append(result)
+                    if len(group) == group_size:  # the whole group at once: no other batch's line gets between
+                        for member in groups.pop(task):
+                            queue.put_nowait(member)
+                for group in groups.values():  # the last, smaller groups (num_repeats not a multiple)
+                    for member in group:
+                        queue.put_nowait(member)
             except BaseException as e:  # surfaced to the reader below
-                await queue.put(e)
+                queue.put_nowait(e)
 
-        offsets = [sum(len(b) for b in batches[:i]) for i in range(len(batches))]
-        senders = [asyncio.ensure_future(send(o, b)) for o, b in zip(offsets, batches, strict=True)]
+        senders = [asyncio.ensure_future(send(batch, repeats)) for batch, repeats in batches]
         done = asyncio.ensure_future(asyncio.gather(*senders, return_exceptions=True))
         done.add_done_callback(lambda _: queue.put_nowait(None))
         try:
@@ -141,8 +157,26 @@ class GymClient:
                 await asyncio.sleep(0.1 * 2**attempt * random.uniform(1.0, 1.5))
 
 
-def _chunks(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
-    return [rows[i : i + size] for i in range(0, len(rows), size)]
+def _batches(rows: Iterable[dict[str, Any]], num_repeats: int, size: int) -> list[tuple[list[dict[str, Any]], int]]:
+    """The requests for `rows` × `num_repeats`: (rows, repeats each), with NeMo Gym's task numbering.
+
+    Identical rows are one task (numbered in order of first appearance, unless a
+    row has its own `_ng_task_index`): a row that appears `n` times is sent once,
+    with `n × num_repeats` rollouts, so its rollouts form one group.
+    """
+    tasks: dict[str, tuple[dict[str, Any], int]] = {}
+    for row in rows:
+        key = json.dumps(row, sort_keys=True)
+        numbered, count = tasks.get(key, ({"_ng_task_index": len(tasks), **row}, 0))
+        tasks[key] = (numbered, count + 1)
+    by_count: dict[int, list[dict[str, Any]]] = {}
+    for numbered, count in tasks.values():
+        by_count.setdefault(count, []).append(numbered)
+    return [
+        (same[i : i + size], count * num_repeats)
+        for count, same in by_count.items()
+        for i in range(0, len(same), size)
+    ]
 
 
 def run_sync(base_url: str, row: dict[str, Any], **options: Any) -> dict[str, Any]:

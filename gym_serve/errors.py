@@ -3,6 +3,7 @@
 ```
 GymServeError
 ├── ConfigError          a config file or argument is wrong (names the file and key)
+├── ClusterError         the Ray cluster cannot be reached or refuses us (names the fix)
 ├── InputError           an input row is wrong (names the file, line and field)       bad_input
 ├── EnvError             an environment could not be loaded, seeded or asked for its turn   env_error
 ├── ToolError            running a turn's tool calls broke outside the model's view   tool_error
@@ -29,6 +30,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 __all__ = [
+    "ClusterError",
     "ConfigError",
     "EnvError",
     "FailureKind",
@@ -112,6 +114,12 @@ class ConfigError(GymServeError):
         return _rebuild, (type(self), self.reason, {"source": self.source, "key": self.key})
 
 
+class ClusterError(GymServeError):
+    """Raised when the Ray cluster at an address cannot be reached or refuses us; the message names the fix."""
+
+    kind = FailureKind.TRANSPORT_UNREACHABLE
+
+
 class InputError(GymServeError):
     """Raised when an input row cannot be used; says which file, line and field."""
 
@@ -192,6 +200,8 @@ class ModelTimeoutError(ModelError):
     """Raised when a model endpoint does not answer within the tier's timeout, after its retries."""
 
     kind = FailureKind.TRANSPORT_TIMEOUT
+
+
 class ReplayMissError(ModelError):
     """Raised when the replay model is asked a conversation none of its recordings holds.
 

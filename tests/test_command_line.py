@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -198,3 +200,71 @@ def test_bench_runs_a_benchmark_script_and_names_the_known_ones() -> None:
     assert usage.returncode == 0 and "--rows" in usage.stdout
     usage = subprocess.run([*GYM_SERVE, "bench", "http_model", "--help"], capture_output=True, text=True, timeout=60)
     assert usage.returncode == 0 and "--concurrency" in usage.stdout
+
+
+def test_a_mistyped_agent_in_per_agent_repeats_is_an_error_before_anything_starts(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [*GYM_SERVE, "collect", "--config", "deployments/demo.yaml", "--output", str(tmp_path / "out.jsonl"),
+         "--input", "envs/example_single_tool_call/data/example.jsonl", "--num-repeats", "example_multi_stp=8"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2 and "Ray:" not in result.stdout, "refused before joining Ray"
+    assert "`example_multi_stp`, which is not an agent here; did you mean `example_multi_step`?" in result.stderr
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_the_help_names_every_command_and_the_readme_shows_each() -> None:
+    from gym_serve.cli import _benchmarks, _parser
+
+    def commands(parser: argparse.ArgumentParser, prefix: str = "") -> list[str]:
+        found = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    found += commands(sub, f"{prefix}{name} ") or [f"{prefix}{name}"]
+        return found
+
+    parser = _parser()
+    readme = (REPO / "README.md").read_text()
+    assert {"up", "collect", "env test", "env init", "list"} <= set(commands(parser))
+    for name in commands(parser):
+        assert f"`{name}`" in (parser.description or ""), f"`gym-serve --help` does not describe `{name}`"
+        assert f"gym-serve {name}" in readme, f"the README shows no `gym-serve {name}`"
+    bench_help = subprocess.run([*GYM_SERVE, "bench", "--help"], capture_output=True, text=True, timeout=60).stdout
+    scripts = sorted(p.stem for p in (REPO / "benchmarks").glob("*.py") if p.stem != "harness")
+    assert _benchmarks() == scripts and all(name in bench_help for name in scripts)
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_prints_the_command_that_resumes(tmp_path: Path) -> None:
+    """The hint is the same command with `--resume` (which test_collection_faults resumes to completion)."""
+    config = tmp_path / "slow.yaml"
+    slow_model = {"kind": "synthetic", "latency": {"mean_s": 0.1}}
+    app = {"environment": {"name": "example_single_tool_call"}, "model": slow_model}
+    entry = {
+        "name": "weather",
+        "route_prefix": None,
+        "import_path": "gym_serve.deployments.app:build_app",
+        "args": app,
+    }
+    config.write_text(yaml.safe_dump({"applications": [entry]}))
+    out = tmp_path / "out.jsonl"
+    command = ["collect", "--config", str(config), "--input", "envs/example_single_tool_call/data/example.jsonl",
+               "--output", str(out), "--num-repeats", "40", "--concurrency", "4", "--address", "local"]  # fmt: skip
+    proc = subprocess.Popen(
+        [*GYM_SERVE, *command], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 150
+        while not (out.exists() and out.read_text().count("\n") >= 5) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        _signal(proc, signal.SIGKILL)
+    assert proc.returncode == 130
+    assert 5 <= out.read_text().count("\n") < 40 * len(example_rows("example_single_tool_call")), "stopped mid-way"
+    assert f"The rollouts that finished are in {out}" in stderr
+    assert stderr.strip().splitlines()[-1].strip() == shlex.join(["gym-serve", *command, "--resume"]), stderr[-2000:]

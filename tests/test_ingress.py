@@ -88,7 +88,7 @@ async def test_run_takes_a_nemo_gym_row(base_url: str) -> None:
 
 
 async def test_client_streams_500_rollouts_every_key_once(base_url: str) -> None:
-    rows = [example_rows("example_single_tool_call")[i % 5] for i in range(100)]
+    rows = [{**example_rows("example_single_tool_call")[i % 5], "id": i} for i in range(100)]  # 100 distinct tasks
     async with GymClient(base_url, token=TOKEN, max_in_flight=64) as client:
         single = await client.run({**rows[0], "_ng_task_index": 0, "_ng_rollout_index": 0})
         results = [r async for r in client.rollouts(rows, num_repeats=5, batch_size=8)]
@@ -400,3 +400,67 @@ async def test_metrics_need_the_token_and_count_rejections(faulty: tuple[str, Pa
     assert series["gym_serve_ingress_in_flight"] == 0
     total = series["gym_serve_ingress_rollout_seconds_count"]
     assert total > 0 and series['gym_serve_ingress_rollout_seconds_bucket{le="+Inf"}'] == total
+
+
+# ---- streaming, groups ----
+
+
+def test_streaming_through_the_openai_client_is_a_clear_400(base_url: str) -> None:
+    from openai import BadRequestError, OpenAI
+
+    client = OpenAI(base_url=f"{base_url}/v1", api_key=TOKEN, max_retries=0)
+    prompt = example_rows("example_single_tool_call")[0]["responses_create_params"]
+    with pytest.raises(BadRequestError, match="`stream: true` is not supported"):
+        client.chat.completions.create(model="replay", messages=[{"role": "user", "content": "hi"}], stream=True)
+    with pytest.raises(BadRequestError, match="`stream: true` is not supported"):
+        client.responses.create(model="replay", input=prompt["input"], tools=prompt["tools"], stream=True)
+
+
+async def test_identical_rows_are_one_task_and_its_rollouts_one_group(base_url: str) -> None:
+    """NeMo Gym's numbering, as a collection numbers: a row sent twice is one task with twice the rollouts."""
+    same, other = example_rows("example_single_tool_call")[:2]
+    async with aiohttp.ClientSession(headers=AUTH) as session:
+        body = {"rows": [same, same, other], "num_repeats": 2, "group_size": 4}
+        async with session.post(f"{base_url}/v1/rollouts", json=body) as response:
+            assert response.status == 200
+            lines = [json.loads(line) async for line in response.content if line.strip()]
+    keys = [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in lines]
+    assert sorted(keys[:4]) == [(0, 0), (0, 1), (0, 2), (0, 3)], "the repeated row's 4 rollouts, one group"
+    assert sorted(keys[4:]) == [(1, 0), (1, 1)], "the other row's 2: the last, smaller group"
+
+
+async def test_groups_arrive_whole_through_the_client(base_url: str) -> None:
+    a, b, c = example_rows("example_single_tool_call")[:3]
+    async with GymClient(base_url, token=TOKEN, max_in_flight=4) as client:
+        lines = [r async for r in client.rollouts([a, b, a, c, a, b], num_repeats=2, group_size=6, batch_size=1)]
+    tasks = [r["_ng_task_index"] for r in lines]
+    assert len(lines) == 12 and len(set(zip(tasks, (r["_ng_rollout_index"] for r in lines), strict=True))) == 12
+    runs = [tasks[0]] + [t for previous, t in zip(tasks, tasks[1:], strict=False) if t != previous]
+    assert sorted(runs) == [0, 1, 2], f"each task's rollouts in one run of lines: {tasks}"
+    assert tasks.count(0) == 6 and tasks.count(1) == 4 and tasks.count(2) == 2
+
+
+async def test_groups_are_split_by_agent_as_well_as_task(base_url: str) -> None:
+    """Rows of two agents with the same task index (from two datasets) are two tasks, not one group."""
+    weather = {**example_rows("example_single_tool_call")[0], "_ng_task_index": 0}
+    counter = {**example_rows("example_session_state")[0], "_ng_task_index": 0}
+    counter["agent_ref"] = {"name": "example_session_state"}
+    async with aiohttp.ClientSession(headers=AUTH) as session:
+        body = {"rows": [weather, counter], "num_repeats": 2, "group_size": 2}
+        async with session.post(f"{base_url}/v1/rollouts", json=body) as response:
+            assert response.status == 200
+            lines = [json.loads(line) async for line in response.content if line.strip()]
+    groups = [lines[0:2], lines[2:4]]
+    assert sorted({r["agent_ref"]["name"] for r in group}.pop() for group in groups) == sorted(
+        ["example_single_tool_call", "example_session_state"]
+    )
+    assert all(len({r["agent_ref"]["name"] for r in group}) == 1 for group in groups)
+
+
+def test_an_ingress_asked_for_auth_without_a_token_refuses_to_start(base_url: str) -> None:
+    args = {"agents": ["example_single_tool_call"], "token_env": "GYM_SERVE_TEST_NO_SUCH_TOKEN", "require_token": True}
+    with pytest.raises(RuntimeError, match="Deploying application"):
+        serve.run(build_ingress(args), name="guarded", route_prefix="/guarded")
+    message = serve.status().applications["guarded"].deployments["Ingress"].message
+    assert "requires a bearer token" in message and "GYM_SERVE_TEST_NO_SUCH_TOKEN" in message
+    serve.delete("guarded")

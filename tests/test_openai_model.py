@@ -1,8 +1,9 @@
 """The OpenAI-compatible Model tier against real OpenAI-style HTTP servers on loopback.
 
-The server (aiohttp, in a thread) speaks `/v1/chat/completions` and `/v1/responses`, checks the bearer key,
-and fails its first request with a 503, so the client's retries are exercised for real; under `/broken/v1` it
-answers with a body that is not JSON, under `/barrier/v1` it answers no call until 8 are in flight at once.
+The server (`tests.fake_openai`: aiohttp, in a thread) speaks `/v1/chat/completions` and `/v1/responses`,
+checks the bearer key here, and fails its first request with a 503, so the client's retries are exercised
+for real; under `/broken/v1` it answers with a body that is not JSON, under `/barrier/v1` it answers no call
+until 8 are in flight at once.
 The instant weather server (`gym_serve.testing.instant_openai_server`, its own process) plays a perfect policy.
 (The client's behaviour on every kind of failure, call by call: tests/test_http_endpoint.py.)
 """
@@ -14,13 +15,11 @@ import json
 import os
 import random
 import socket
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import ray
-from aiohttp import web
 from ray import serve
 
 from gym_serve.collect.attempts import RetryPolicy, run_attempts
@@ -31,152 +30,18 @@ from gym_serve.serving.batching import BatchedResponses
 from gym_serve.serving.config import AppArgs
 from gym_serve.testing.fixtures import example_rows, unique
 from gym_serve.testing.instant_openai_server import start_instant_server
+from tests.fake_openai import FakeOpenAI, serving
 
 pytestmark = pytest.mark.serve
 
 KEY = "sk-test-9f8e7d6c5b4a"
 
 
-def weather_answer(tool_output: str) -> str:
-    return f"Here you go: {json.loads(tool_output)['weather_description']}"
-
-
-class FakeOpenAI:
-    """A minimal, real HTTP server with OpenAI's request and response shapes."""
-
-    BARRIER = 8
-
-    def __init__(self) -> None:
-        self.requests = 0
-        self.rejected_once = False
-        self.in_flight = 0
-        self.most_in_flight = 0
-        self.all_in: asyncio.Event | None = None
-
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self.chat)
-        app.router.add_post("/v1/responses", self.responses)
-        app.router.add_post("/broken/v1/responses", self.broken)
-        app.router.add_post("/barrier/v1/responses", self.barrier)
-        return app
-
-    async def broken(self, request: web.Request) -> web.Response:
-        return web.Response(text='{"id": "resp_1", "output": [{"type": "mess', content_type="application/json")
-
-    async def barrier(self, request: web.Request) -> web.Response:
-        """Answers nothing until BARRIER calls are in flight together: only concurrent calls get through."""
-        if self.all_in is None:
-            self.all_in = asyncio.Event()
-        self.in_flight += 1
-        self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        if self.in_flight >= self.BARRIER:
-            self.all_in.set()
-        try:
-            await asyncio.wait_for(self.all_in.wait(), 20)
-        except TimeoutError:
-            return web.json_response({"error": {"message": "the calls did not arrive together"}}, status=400)
-        finally:
-            self.in_flight -= 1
-        self.rejected_once = True  # no 503 here
-        return await self.responses(request, check=False)
-
-    def _guard(self, request: web.Request) -> web.Response | None:
-        self.requests += 1
-        if request.headers.get("Authorization") != f"Bearer {KEY}":
-            return web.json_response({"error": {"message": "Incorrect API key provided"}}, status=401)
-        if not self.rejected_once:
-            self.rejected_once = True
-            return web.json_response({"error": {"message": "overloaded"}}, status=503)
-        return None
-
-    async def chat(self, request: web.Request) -> web.Response:
-        if (refused := self._guard(request)) is not None:
-            return refused
-        body = await request.json()
-        tool_messages = [m for m in body["messages"] if m["role"] == "tool"]
-        if tool_messages:
-            message = {"role": "assistant", "content": weather_answer(tool_messages[-1]["content"])}
-            finish = "stop"
-        else:
-            call = {
-                "id": "call_1",
-                "type": "function",
-                "function": {"name": "get_weather", "arguments": json.dumps({"city": "San Francisco"})},
-            }
-            message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
-        return web.json_response(
-            {
-                "id": "chatcmpl-1",
-                "object": "chat.completion",
-                "created": 1,
-                "model": body["model"],
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25},
-            }
-        )
-
-    async def responses(self, request: web.Request, check: bool = True) -> web.Response:
-        if check and (refused := self._guard(request)) is not None:
-            return refused
-        body = await request.json()
-        outputs = [i for i in body["input"] if isinstance(i, dict) and i.get("type") == "function_call_output"]
-        if outputs:
-            item = {
-                "type": "message",
-                "id": "msg_1",
-                "role": "assistant",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": weather_answer(outputs[-1]["output"]), "annotations": []}],
-            }
-        else:
-            item = {
-                "type": "function_call",
-                "id": "fc_1",
-                "call_id": "call_1",
-                "name": "get_weather",
-                "arguments": json.dumps({"city": "San Francisco"}),
-                "status": "completed",
-            }
-        return web.json_response(
-            {
-                "id": "resp_1",
-                "object": "response",
-                "created_at": 1,
-                "model": body["model"],
-                "status": "completed",
-                "output": [item],
-                "parallel_tool_calls": True,
-                "tool_choice": "auto",
-                "tools": [],
-                "usage": {
-                    "input_tokens": 20,
-                    "output_tokens": 5,
-                    "total_tokens": 25,
-                    "input_tokens_details": {"cached_tokens": 0},
-                    "output_tokens_details": {"reasoning_tokens": 0},
-                },
-            }
-        )
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[FakeOpenAI, str]]:
-    fake = FakeOpenAI()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(fake.app(), shutdown_timeout=0.5)
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield fake, f"http://127.0.0.1:{port}/v1"
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=5)
-    loop.run_until_complete(runner.cleanup())  # left open, the loop and its sockets surface in a later test's GC
-    loop.close()
+    fake = FakeOpenAI(key=KEY, reject_first=True)
+    with serving(fake) as base_url:
+        yield fake, base_url
 
 
 @pytest.fixture(scope="module")

@@ -123,3 +123,35 @@ def test_environments_add_their_answer_key_and_metrics(tmp_path: Path, monkeypat
     (agent,) = json.loads(Path(result["aggregate_metrics"]).read_text())
     assert agent["agent_metrics"]["tasks_seen"] == 2.0
     assert agent["agent_metrics"]["majority@2/accuracy"] == pytest.approx(50.0)
+
+
+def test_the_plot_aggregates_so_10000_tasks_read_like_10(tmp_path: Path) -> None:
+    """No bar or tick per task: the figure holds the same number of marks at 10 tasks and at 10,000."""
+    import random
+
+    from matplotlib.patches import Rectangle
+
+    from gym_serve.analysis.plots import BINS, CURVE_POINTS, plot_rewards, reward_figure
+
+    def by_task(tasks: int) -> dict[tuple[str, int], list[tuple[int, dict[str, float], Any]]]:
+        rng = random.Random(tasks)
+        rates = {t: rng.random() for t in range(tasks)}
+        return {("math", t): [(k, {"reward": float(rng.random() < rates[t])}, None) for k in range(4)] for t in rates}
+
+    def marks(figure: Any) -> list[tuple[int, int, int]]:
+        """Per panel: bars, plotted vertices, tick labels."""
+        return [
+            (
+                sum(isinstance(p, Rectangle) for p in axes.patches),
+                sum(len(line.get_xdata()) for line in axes.lines),
+                len(axes.get_xticklabels()),
+            )
+            for axes in figure.axes
+        ]
+
+    small, large = marks(reward_figure(by_task(10))), marks(reward_figure(by_task(10_000)))
+    assert [bars for bars, _, _ in large] == [BINS, BINS, 0], "two 20-bin histograms and a curve"
+    assert [ticks for _, _, ticks in large] == [ticks for _, _, ticks in small] and all(t <= 12 for _, _, t in large)
+    assert large[2][1] <= CURVE_POINTS, "the sorted-tasks curve is drawn from quantiles, not from every task"
+    path = plot_rewards(by_task(10_000), tmp_path / "rewards.png")
+    assert path.stat().st_size < 200_000

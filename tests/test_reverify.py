@@ -79,3 +79,10 @@ async def test_an_existing_output_is_never_emptied(tmp_path: Path) -> None:
     result = await reverify(path, {"*": "no_such_environment"})  # every row fails now
     assert len(result["failures"]) == len(before.splitlines()) and result["failures"][0]["kind"] == "env_error"
     assert Path(first["output"]).read_text() == before, "the earlier output stands"
+
+
+def test_reverify_of_a_missing_file_is_an_error_that_creates_nothing(tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "nope.jsonl"
+    assert main(["reverify", "--rollouts", str(missing), "--env", "example_single_tool_call"]) == 2
+    assert f"{missing}: cannot open" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -8,8 +8,13 @@
   model gives them, stay on the items as extra fields).
 - `GET /v1/environments`, `GET /healthz`, `GET /metrics` (Prometheus text, see `.prometheus` beside this module).
 
-Optional bearer-token auth (the token is read from the environment variable
-the config names; everything but `/healthz` needs it). Bounded: bodies over
+Optional bearer-token auth: everything but `/healthz` needs the token. Its
+value is never in the config, only the name of its variable (`token_env`): a
+replica reads that variable, or, on a cluster whose nodes lack it, the value
+the deployer published in the cluster's key-value store
+(`gym_serve.serving.secrets`; `gym-serve up` with the variable set publishes
+it). An ingress asked for auth (`require_token`, which a deployer holding the
+token sets) that finds no token refuses to start. Bounded: bodies over
 `max_body_bytes` get 413, and when accepting a request would put more than
 `max_in_flight` rollouts in flight the answer is 429 with `Retry-After`.
 
@@ -36,7 +41,6 @@ import asyncio
 import hashlib
 import hmac
 import json
-import os
 import random
 import time
 from collections.abc import AsyncIterator
@@ -49,8 +53,11 @@ from ray import serve
 from starlette.types import Receive, Scope, Send
 
 from gym_serve.collect.attempts import RetryPolicy, run_attempts
+from gym_serve.collect.task_index import TaskIndex
 from gym_serve.deployments.ingress.idempotency import IdempotencyCache, IdempotencyConflict, IdempotencyMismatch
 from gym_serve.deployments.ingress.prometheus import RolloutMetrics
+from gym_serve.errors import ConfigError
+from gym_serve.serving import secrets
 from gym_serve.serving.batching import MicroBatcher, agent_batcher
 from gym_serve.wire.chat import chat_request_to_responses, responses_response_to_chat
 from gym_serve.wire.responses import row_problems
@@ -66,7 +73,13 @@ class IngressArgs(BaseModel):
     agents: list[str] = Field(description="Agent applications rows may route to (by `agent_ref.name`).")
     default_agent: str | None = None
     model_app: str | None = Field(default=None, description="The application whose Model tier /v1/* serves.")
-    token_env: str = Field(default="GYM_SERVE_TOKEN", description="Bearer token variable; unset means no auth.")
+    token_env: str = Field(
+        default="GYM_SERVE_TOKEN", description="The bearer token's variable (its value is never in the config)."
+    )
+    require_token: bool = Field(
+        default=False,
+        description="Refuse to start without a token (set by a deployer that holds one; set it for clusters).",
+    )
     max_in_flight: int = Field(default=4096, ge=1)
     max_body_bytes: int = Field(default=32 << 20, ge=1024)
     max_attempts: int = Field(default=3, ge=1)
@@ -95,6 +108,18 @@ class RolloutsRequest(BaseModel):
         max_length=200,
         description="Re-sending a batch with its key replays what finished.",
     )
+
+
+_NO_STREAMING = (
+    "`stream: true` is not supported: the model tier answers whole responses; send the request without `stream` "
+    "(with the openai client: stream=False, the default)"
+)
+
+
+def _openai_error(status: int, message: str, param: str) -> JSONResponse:
+    """An error in OpenAI's shape, so the official client shows its message (it reads `error.message`)."""
+    error = {"message": message, "type": "invalid_request_error", "param": param, "code": None}
+    return JSONResponse({"error": error}, status_code=status)
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -149,11 +174,12 @@ class _Batch:
     def _emit(self, groups: dict[Any, list[dict[str, Any]]], result: dict[str, Any]) -> bytes | None:
         if self.group_size is None:
             return json.dumps(result).encode() + b"\n"
-        group = groups.setdefault(result["_ng_task_index"], [])
+        task = ((result.get("agent_ref") or {}).get("name"), result.get("_ng_task_index"))  # one agent's task
+        group = groups.setdefault(task, [])
         group.append(result)
         if len(group) < self.group_size:
             return None
-        del groups[result["_ng_task_index"]]
+        del groups[task]
         return b"".join(json.dumps(r).encode() + b"\n" for r in group)
 
     def close(self) -> None:
@@ -201,7 +227,14 @@ def _replica_id() -> str:
 class Ingress:
     def __init__(self, args: IngressArgs | dict[str, Any]) -> None:
         self.args = args if isinstance(args, IngressArgs) else IngressArgs.model_validate(args)
-        self._token = os.environ.get(self.args.token_env) or None
+        self._token = secrets.lookup(self.args.token_env)
+        if self.args.require_token and self._token is None:
+            raise ConfigError(
+                f"this ingress requires a bearer token, but `{self.args.token_env}` is neither in its replica's "
+                "environment nor published on the cluster: deploy with the variable set (`gym-serve up` publishes "
+                "it) or set it on every node",
+                key="require_token",
+            )
         self._batchers: dict[str, MicroBatcher[dict[str, Any], dict[str, Any]]] = {}
         self.in_flight = 0
         self.idempotency = IdempotencyCache(
@@ -318,16 +351,25 @@ class Ingress:
             for k, v in job.model_dump(include={"temperature", "top_p", "max_output_tokens"}).items()
             if v is not None
         }
+        rows = [  # what runs is what is checked
+            {**row, "responses_create_params": {**row["responses_create_params"], **overrides}}
+            if overrides and isinstance(row.get("responses_create_params"), dict)
+            else row
+            for row in job.rows
+        ]
+        agents = [self._agent_of(row, f"rows.{index}.") for index, row in enumerate(rows)]
+        if refused := next((a for a in agents if isinstance(a, JSONResponse)), None):
+            return refused
+        try:
+            with TaskIndex() as tasks:  # NeMo Gym's numbering, as a collection's: identical rows are one task
+                numbered = [tasks.claim_row(row, job.num_repeats) for row in rows]
+        except (TypeError, ValueError):
+            return _error(400, "a row's `_ng_task_index` must be a non-negative integer")
         work: list[tuple[str, dict[str, Any]]] = []
-        for index, row in enumerate(job.rows):
-            if overrides and isinstance(row.get("responses_create_params"), dict):  # what runs is what is checked
-                row = {**row, "responses_create_params": {**row["responses_create_params"], **overrides}}
-            agent = self._agent_of(row, f"rows.{index}.")
-            if isinstance(agent, JSONResponse):
-                return agent
-            task = row.get("_ng_task_index", index)
+        for row, agent, (task, first) in zip(rows, agents, numbered, strict=True):
+            assert isinstance(agent, str)
             params = row["responses_create_params"]
-            for k in range(job.num_repeats):
+            for k in range(first, first + job.num_repeats):
                 work.append(
                     (
                         agent,
@@ -368,7 +410,9 @@ class Ingress:
         if self.args.model_app is None:
             return _error(404, "this ingress serves no model (set `model_app`)")
         if not isinstance(body, dict) or "input" not in body:
-            return _error(400, "a Responses request needs `input`")
+            return _openai_error(400, "a Responses request needs `input`", "input")
+        if body.get("stream"):
+            return _openai_error(400, _NO_STREAMING, "stream")
         model = serve.get_deployment_handle("Model", app_name=self.args.model_app)
         return JSONResponse(await model.responses.remote(body))
 
@@ -380,7 +424,9 @@ class Ingress:
         if self.args.model_app is None:
             return _error(404, "this ingress serves no model (set `model_app`)")
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            return _error(400, "a Chat Completions request needs `messages`")
+            return _openai_error(400, "a Chat Completions request needs `messages`", "messages")
+        if body.get("stream"):
+            return _openai_error(400, _NO_STREAMING, "stream")
         model = serve.get_deployment_handle("Model", app_name=self.args.model_app)
         response = await model.responses.remote(chat_request_to_responses(body))
         completion = responses_response_to_chat(response)
@@ -416,6 +462,17 @@ class Ingress:
 
 
 def build_ingress(args: dict[str, Any]) -> Any:
-    """The application builder `serve run` imports (`gym_serve.deployments.ingress:build_ingress`)."""
+    """The application builder `serve run` imports (`gym_serve.deployments.ingress:build_ingress`).
+
+    It runs where the deployment is built: in `gym-serve up`'s process, or in a
+    Serve task on the cluster for `serve run`/`serve deploy`. A token in that
+    process's environment is published to the cluster for the replicas, and
+    the ingress is then told to require it, so auth cannot silently be off.
+    """
+    parsed = IngressArgs.model_validate(args)
+    if secrets.share(parsed.token_env):
+        parsed = parsed.model_copy(update={"require_token": True})
+    else:
+        secrets.withdraw(parsed.token_env)  # a token published by an earlier deployment is not this one's
     deployment: Any = Ingress  # `@serve.deployment` made the class a `Deployment`, which type checkers do not see
-    return deployment.bind(IngressArgs.model_validate(args))
+    return deployment.bind(parsed)

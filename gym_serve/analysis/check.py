@@ -176,11 +176,21 @@ def _recorded_rewards(cls: type[Environment], report: EnvReport) -> dict[str, tu
     return {key: (max(r), min(r) if min(r) < max(r) else None) for key, r in rewards.items()}
 
 
-def _specs(name: str) -> tuple[list[AppSpec], str]:
+def config_path(name: str, cls: type[Environment]) -> Path | None:
+    """The environment's own Serve config: `deployments/<name>.yaml` if built in, else `<name>.yaml` in its package."""
+    for config in (
+        Path(str(resources.files("gym_serve.deployments") / f"{name}.yaml")),
+        cls.data_dir().parent / f"{name}.yaml",
+    ):
+        if config.is_file():
+            return config
+    return None
+
+
+def _specs(name: str, config: Path | None) -> tuple[list[AppSpec], str]:
     """The environment's own Serve config (helper apps included), or a plain one, and the env app's name."""
-    config = resources.files("gym_serve.deployments") / f"{name}.yaml"
-    if config.is_file():
-        specs = load_serve_config(Path(str(config)))
+    if config is not None:
+        specs = load_serve_config(config)
         env_apps = [
             s for s in specs if s.import_path == BUILDER and (s.args.get("environment") or {}).get("name") == name
         ]
@@ -208,12 +218,13 @@ async def _through_serve(
 
     from gym_serve.serving import deploy as serving
 
-    specs, env_app = _specs(name)
+    config = config_path(name, load_environment_class(name))
+    specs, env_app = _specs(name, config)
     helpers = [s.model_copy(update={"route_prefix": None}) for s in specs if s.name != env_app]
     env_spec = next(s for s in specs if s.name == env_app)
     right, wrong = _variant(env_spec, "right", 0.0), _variant(env_spec, "wrong", 1.0)
     serving.connect(address)
-    serving.deploy([*helpers, right, wrong], source=f"deployments/{name}.yaml")
+    serving.deploy([*helpers, right, wrong], source=str(config or f"<a plain config for {name}>"))
     try:
         for variant, attr in ((right, "right"), (wrong, "wrong")):
             handle = serve.get_app_handle(variant.name)

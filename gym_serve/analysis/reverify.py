@@ -35,6 +35,8 @@ __all__ = ["reverify"]
 async def reverify(rollouts_path: str | Path, environments: dict[str, str]) -> dict[str, Any]:
     """Re-score every row; `environments` maps agent names (or "*" for any) to environment names."""
     rollouts_path = Path(rollouts_path)
+    if not rollouts_path.is_file():
+        raise InputError("cannot open: no such file", source=str(rollouts_path))
     runners: dict[str, EnvRunner] = {}
     totals: dict[str, dict[str, float]] = defaultdict(lambda: {"rows": 0, "changed": 0, "before": 0.0, "after": 0.0})
     changed: list[dict[str, Any]] = []
@@ -94,7 +96,13 @@ def _runner(
 ) -> EnvRunner:
     env_name = environments.get(agent) or environments.get("*")
     if env_name is None:
-        raise InputError(f"no environment for agent `{agent}`", source=str(path), line=line, field="agent_ref.name")
+        known = ", ".join(sorted(environments)) or "none"
+        raise InputError(
+            f"no environment for agent `{agent}` (the config's agents: {known})",
+            source=str(path),
+            line=line,
+            field="agent_ref.name",
+        )
     if env_name not in runners:
         runners[env_name] = EnvRunner(load_environment_class(env_name)())
     return runners[env_name]

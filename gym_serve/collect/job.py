@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,19 @@ class CollectJob(BaseModel):
     def _shard_in_range(self) -> CollectJob:
         if self.shard_index >= self.shard_count:
             raise ValueError(f"shard_index {self.shard_index} is not below shard_count {self.shard_count}")
+        return self
+
+    @model_validator(mode="after")
+    def _repeats_name_agents(self) -> CollectJob:
+        """A mistyped agent in per-agent repeats would silently run 1 repeat; it is an error instead."""
+        if isinstance(self.num_repeats, dict):
+            for name in sorted(set(self.num_repeats) - set(self.agents)):
+                close = difflib.get_close_matches(name, self.agents, n=1)
+                hint = f"did you mean `{close[0]}`? " if close else ""
+                raise ValueError(
+                    f"num_repeats names `{name}`, which is not an agent here; {hint}"
+                    f"the agents are: {', '.join(self.agents) or 'none'}"
+                )
         return self
 
     def retry_policy(self) -> RetryPolicy:

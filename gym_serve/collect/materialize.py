@@ -11,14 +11,13 @@ file, line and field, and skipped.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from gym_serve.collect.job import CollectJob
 from gym_serve.collect.task_index import TaskIndex
 from gym_serve.errors import InputError
-from gym_serve.wire.jsonl import dumps, scan_jsonl
+from gym_serve.wire.jsonl import scan_jsonl
 from gym_serve.wire.responses import row_problems
 
 __all__ = ["materialize"]
@@ -46,11 +45,8 @@ def materialize(
             agent = row["agent_ref"]["name"] if "agent_ref" in row else job.default_agent
             assert agent is not None  # `_check_row` refused rows without an agent
             repeats = job.repeats_for(agent)
-            if "_ng_task_index" in row:
-                task, first = row["_ng_task_index"], 0
-            else:  # identical raw rows (as read, before defaults) are one task
-                task, first = tasks.claim(hashlib.blake2b(dumps(row), digest_size=16).digest(), repeats)
-                row = {**row, "_ng_task_index": task}
+            task, first = tasks.claim_row(row, repeats)  # identical raw rows (as read, before defaults): one task
+            row = {**row, "_ng_task_index": task}
             if task % job.shard_count != job.shard_index:
                 continue
             if "agent_ref" not in row:

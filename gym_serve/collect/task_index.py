@@ -10,9 +10,13 @@ flat (a lookup then costs microseconds, next to a rollout's milliseconds).
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from gym_serve.wire.jsonl import dumps
 
 __all__ = ["TaskIndex"]
 
@@ -24,6 +28,16 @@ class TaskIndex:
         self._db: sqlite3.Connection | None = None
         self._folder: tempfile.TemporaryDirectory[str] | None = None
         self.tasks = 0
+
+    def claim_row(self, row: dict[str, Any], repeats: int) -> tuple[int, int]:
+        """(task index, first rollout index) of a raw input row, before any defaults are filled in.
+
+        A row's own `_ng_task_index` stands (its rollouts are numbered from 0);
+        otherwise identical rows share one task and continue its numbering.
+        """
+        if "_ng_task_index" in row:
+            return int(row["_ng_task_index"]), 0
+        return self.claim(hashlib.blake2b(dumps(row), digest_size=16).digest(), repeats)
 
     def claim(self, digest: bytes, repeats: int) -> tuple[int, int]:
         """(task index, first rollout index) for `repeats` more rollouts of the row with this digest."""

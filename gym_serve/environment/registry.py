@@ -1,8 +1,13 @@
 """Finding environments by name.
 
-An environment named `foo` is the package `gym_serve.envs.foo`, which defines exactly one
-`Environment` subclass. A name containing `:` is an import path instead
-(`my_pkg.my_module:MyEnv`), for environments that live outside this repository.
+Three kinds of names:
+
+- `foo`, built in: the package `gym_serve.envs.foo`, which defines exactly one
+  `Environment` subclass;
+- `foo`, installed: a distribution of its own (with its own dependencies)
+  registers it under the entry-point group `gym_serve.environments`, as
+  `foo = "my_package:MyEnv"` (`gym-serve env init` writes such a package);
+- `my_pkg.my_module:MyEnv`, an import path, for anything importable.
 """
 
 from __future__ import annotations
@@ -11,15 +16,27 @@ import difflib
 import importlib
 import inspect
 import pkgutil
+from importlib.metadata import EntryPoint, entry_points
 
 from gym_serve.environment.core import Environment
 from gym_serve.errors import EnvError
 
-__all__ = ["available_environments", "load_environment_class"]
+__all__ = ["ENTRY_POINT_GROUP", "available_environments", "installed_environments", "load_environment_class"]
+
+ENTRY_POINT_GROUP = "gym_serve.environments"
 
 
 def available_environments() -> list[str]:
-    """The names of the environments under `envs/`."""
+    """The names of every environment: built in (under `envs/`) and installed (by entry point)."""
+    return sorted(set(_builtin()) | set(installed_environments()))
+
+
+def installed_environments() -> dict[str, EntryPoint]:
+    """Environments that installed packages register under the entry-point group `gym_serve.environments`."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _builtin() -> list[str]:
     try:
         package = importlib.import_module("gym_serve.envs")
     except ImportError:
@@ -35,11 +52,25 @@ def load_environment_class(name: str) -> type[Environment]:
             cls = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as e:
             raise EnvError(f"cannot import environment `{name}`: {e}") from e
-        if not (inspect.isclass(cls) and issubclass(cls, Environment)):
-            raise EnvError(f"`{name}` is not an Environment subclass")
-        return cls
-    known = available_environments()
-    if name not in known:
+        return _checked(cls, f"`{name}`")
+    builtin, installed = _builtin(), installed_environments()
+    if name in installed:
+        entry = installed[name]
+        if name in builtin:
+            raise EnvError(
+                f"two environments are named `{name}`: the built-in `gym_serve.envs.{name}` and "
+                f"`{entry.value}` of the installed package `{_distribution(entry)}`; rename the package's entry point"
+            )
+        try:
+            cls = entry.load()
+        except Exception as e:  # the package's own import failed: say which package, keep its error
+            raise EnvError(
+                f"environment `{name}` (entry point `{entry.value}` of `{_distribution(entry)}`) "
+                f"failed to import: {type(e).__name__}: {e}"
+            ) from e
+        return _checked(cls, f"entry point `{name} = {entry.value}`")
+    if name not in builtin:
+        known = sorted(set(builtin) | set(installed))
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" Did you mean `{close[0]}`?" if close else f" Known environments: {', '.join(known) or 'none'}."
         raise EnvError(f"unknown environment `{name}`.{hint}")
@@ -53,3 +84,14 @@ def load_environment_class(name: str) -> type[Environment]:
         found = ", ".join(c.__name__ for c in classes) or "none"
         raise EnvError(f"package `gym_serve.envs.{name}` must export exactly one Environment subclass, found: {found}")
     return classes[0]
+
+
+def _checked(cls: object, what: str) -> type[Environment]:
+    if not (inspect.isclass(cls) and issubclass(cls, Environment)):
+        raise EnvError(f"{what} is not an Environment subclass")
+    return cls
+
+
+def _distribution(entry: EntryPoint) -> str:
+    dist = entry.dist
+    return f"{dist.name} {dist.version}" if dist is not None else "an unknown distribution"

@@ -24,7 +24,6 @@ or in Serve's `deployments:` list (which wins, as under `serve run`).
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -56,6 +55,7 @@ __all__ = [
     "VLLMEngineOptions",
     "VLLMHTTPModelArgs",
     "VLLMModelArgs",
+    "http_options",
     "load_serve_config",
 ]
 
@@ -189,7 +189,7 @@ class HTTPModelArgs(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    base_url: str
+    base_url: str | None = None
     api_key: SecretStr | None = Field(default=None, description="Prefer `api_key_env`: keys do not belong in files.")
     api_key_env: str = "OPENAI_API_KEY"
     max_retries: int = Field(default=5, ge=0, description="Retries on 429, 5xx, connection errors and timeouts.")
@@ -198,12 +198,16 @@ class HTTPModelArgs(BaseModel):
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
 
     def endpoint(self) -> HTTPEndpoint:
-        """The replica's client for `base_url` (the key from config, else from `api_key_env`)."""
+        """The replica's client for `base_url` (the key from config, else the secret `api_key_env`).
+
+        Without a `base_url`, the OpenAI API, as the openai client defaults.
+        """
+        from gym_serve.serving import secrets
         from gym_serve.serving.http_endpoint import HTTPEndpoint
 
-        key = self.api_key.get_secret_value() if self.api_key else os.environ.get(self.api_key_env, "")
+        key = self.api_key.get_secret_value() if self.api_key else secrets.lookup(self.api_key_env) or ""
         return HTTPEndpoint(
-            self.base_url,
+            self.base_url or "https://api.openai.com/v1",
             api_key=key,
             timeout_s=self.timeout_s,
             max_retries=self.max_retries,
@@ -215,7 +219,11 @@ class OpenAIModelArgs(HTTPModelArgs):
     """Any OpenAI-compatible endpoint (the OpenAI API, `vllm serve`, other providers)."""
 
     kind: Literal["openai"] = "openai"
-    base_url: str = "https://api.openai.com/v1"
+    base_url: str | None = Field(
+        default=None,
+        description="The endpoint, e.g. http://127.0.0.1:8001/v1 for `vllm serve`. Default: $OPENAI_BASE_URL, as the "
+        "openai client reads it in the replica, else the OpenAI API.",
+    )
     model: str
     api: Literal["responses", "chat"] = Field(default="responses", description="Which API the endpoint speaks.")
 
@@ -277,7 +285,9 @@ class AppSpec(BaseModel):
 
     name: str
     import_path: str
-    route_prefix: str | None = None
+    route_prefix: str | None = Field(
+        default="/", description="As in Serve's config: `/` when left out; `null` keeps the application off HTTP."
+    )
     args: dict[str, Any] = Field(default_factory=dict)
     deployments: list[dict[str, Any]] = Field(default_factory=list)
 
@@ -329,7 +339,12 @@ def validate_app_args(args: dict[str, Any], *, source: str, app: str) -> AppArgs
 
 
 def load_serve_config(path: str | Path) -> list[AppSpec]:
-    """Read a Serve config YAML; every application using our builder has its args validated."""
+    """Read a Serve config YAML; every application using our builder has its args validated.
+
+    The file is first checked with Serve's own schema, so a config `serve run`
+    would refuse (two applications on one route prefix, a bad field) is refused
+    here too, before anything starts.
+    """
     path = Path(path)
     source = str(path)
     try:
@@ -342,6 +357,7 @@ def load_serve_config(path: str | Path) -> list[AppSpec]:
         raise ConfigError(f"not valid YAML: {getattr(e, 'problem', e)}", source=where) from e
     if not isinstance(raw, dict) or not isinstance(raw.get("applications"), list) or not raw["applications"]:
         raise ConfigError("expected a Serve config with a non-empty `applications:` list", source=source)
+    _check_serve_schema(raw, source)
     specs = []
     for i, entry in enumerate(raw["applications"]):
         try:
@@ -353,8 +369,26 @@ def load_serve_config(path: str | Path) -> list[AppSpec]:
         if spec.import_path == BUILDER:
             spec.app_args(source)
         specs.append(spec)
-    names = [spec.name for spec in specs]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ConfigError(f"application names must be unique; repeated: {', '.join(duplicates)}", source=source)
     return specs
+
+
+def http_options(path: str | Path) -> dict[str, Any]:
+    """The file's `http_options` (host, port, ...) as written; `{}` when it has none."""
+    raw = yaml.safe_load(Path(path).read_text())
+    options = raw.get("http_options") if isinstance(raw, dict) else None
+    return dict(options) if isinstance(options, dict) else {}
+
+
+def _check_serve_schema(raw: dict[str, Any], source: str) -> None:
+    """Serve's own validation of the file (`ray.serve.schema.ServeDeploySchema`), as `serve run` does it."""
+    from ray.serve.schema import ServeDeploySchema
+
+    try:
+        ServeDeploySchema.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(part) for part in err["loc"]) or None
+        message = str(err["msg"]).removeprefix("Value error, ")
+        if "route prefix" in message:
+            message += " Give each HTTP application its own `route_prefix`, and `route_prefix: null` to the others."
+        raise ConfigError(message, source=source, key=key) from e

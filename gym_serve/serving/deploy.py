@@ -7,30 +7,18 @@ Serve config files `serve run` takes, so a config behaves the same either way.
 from __future__ import annotations
 
 import importlib
-import os
+import re
 from typing import Any
 
-import ray
 from ray import serve
 
 from gym_serve.errors import ConfigError
+from gym_serve.serving.cluster import connect
 from gym_serve.serving.config import BUILDER, AppSpec, DeploymentOptions
 
-__all__ = ["agent_capacity", "connect", "deploy", "describe_status", "env_apps"]
+__all__ = ["agent_capacity", "connect", "deploy", "describe_status", "env_apps", "http_address"]
 
 _DEFAULT_AGENT_MAX_ONGOING = 256
-
-
-def connect(address: str | None = None, *, quiet: bool = True) -> str:
-    """Join the Ray cluster at `address` (or `$RAY_ADDRESS`; `auto` finds a running one), else start a local one."""
-    if ray.is_initialized():
-        return "already connected"
-    address = address or os.environ.get("RAY_ADDRESS") or "local"
-    if address == "local":
-        ray.init(address="local", include_dashboard=False, log_to_driver=not quiet)
-        return "local Ray instance"
-    ray.init(address=address, log_to_driver=not quiet)
-    return f"cluster at {address}"
 
 
 def deploy(
@@ -47,21 +35,35 @@ def deploy(
         targets.append(serve.RunTarget(target=app, name=spec.name, route_prefix=spec.route_prefix if http else None))
     try:
         serve.run_many(targets)
-    except RuntimeError as e:  # Serve names the deployments that failed to start; say why, where the user looks
-        raise ConfigError(f"{e} {_why_failed([spec.name for spec in specs])}", source=source) from e
+    except RuntimeError as e:  # Serve names the deployment; the replica's own error is in its status
+        raise ConfigError(_deploy_failure([s.name for s in specs]) or str(e), source=source) from None
 
 
-def _why_failed(app_names: list[str]) -> str:
-    """The last line of each failed deployment's error (its replica's exception), from Serve's status."""
+def _deploy_failure(app_names: list[str]) -> str:
+    """What the replicas of the applications that failed to deploy raised, one line per deployment."""
     reasons = []
     for app_name, app in serve.status().applications.items():
         if app_name not in app_names:
             continue
         for dep_name, dep in app.deployments.items():
-            lines = [line for line in (dep.message or "").splitlines() if line.strip()]
-            if dep.status.value in ("DEPLOY_FAILED", "UNHEALTHY") and lines:
-                reasons.append(f"`{app_name}` {dep_name}: {lines[-1].strip()}")
+            if dep.status.value not in ("DEPLOY_FAILED", "UNHEALTHY") or not dep.message:
+                continue
+            errors = re.findall(r"^(?:[\w.]+\.)?\w*(?:Error|Exception): (.+)$", dep.message, flags=re.M)
+            lines = [line.strip() for line in dep.message.splitlines() if line.strip()]
+            reasons.append(f"`{app_name}` ({dep_name}) failed to start: {errors[-1] if errors else lines[-1]}")
     return "; ".join(reasons)
+
+
+def http_address() -> tuple[str, int]:
+    """Where Serve's HTTP proxies listen, as the running Serve instance has it (host, port).
+
+    On a cluster where Serve already ran, its options win over the ones `deploy`
+    asked for, so this is what URLs must be built from.
+    """
+    from ray.serve.context import _get_global_client  # Serve keeps its HTTP options on its controller client
+
+    config = _get_global_client().http_config
+    return config.host, config.port
 
 
 def _build(spec: AppSpec, source: str) -> Any:

@@ -9,8 +9,8 @@ reward it was written for (1.0 right, 0.0 wrong), else nothing is written.
 
 import asyncio
 
-from gym_serve.envs._recording import call, message, record
 from gym_serve.envs.function_calling import FunctionCalling
+from gym_serve.testing.recording import call, message, record
 
 SYSTEM_PROMPT = (
     "You are a helpful AI assistant with access to various functions. When you need to use a function "

@@ -8,8 +8,8 @@ and the script stops if a right answer does not score 1.0 or a wrong one 0.0.
 
 import asyncio
 
-from gym_serve.envs._recording import record, says
 from gym_serve.envs.instruction_following import InstructionFollowing
+from gym_serve.testing.recording import record, says
 
 LOWER = "Your entire response should be in English, and in all lowercase letters. No capital letters are allowed."
 # (prompt, instruction ids, kwargs, right answer, wrong answer)

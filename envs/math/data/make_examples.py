@@ -5,8 +5,8 @@ python envs/math/data/make_examples.py
 
 import asyncio
 
-from gym_serve.envs._recording import record, says
 from gym_serve.envs.math import Math
+from gym_serve.testing.recording import record, says
 
 PROBLEMS = [
     (

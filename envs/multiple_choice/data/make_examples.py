@@ -5,8 +5,8 @@ python envs/multiple_choice/data/make_examples.py
 
 import asyncio
 
-from gym_serve.envs._recording import record, says
 from gym_serve.envs.multiple_choice import MultipleChoice
+from gym_serve.testing.recording import record, says
 
 QUESTIONS = [
     (

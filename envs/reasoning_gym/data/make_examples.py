@@ -14,9 +14,9 @@ import asyncio
 from collections.abc import Callable
 
 from gym_serve import run_local
-from gym_serve.envs._recording import Scripted, record, says
 from gym_serve.envs.reasoning_gym import ReasoningGym
 from gym_serve.envs.reasoning_gym.make_rows import make_row
+from gym_serve.testing.recording import Scripted, record, says
 
 SEED, SIZE = 2025, 100
 

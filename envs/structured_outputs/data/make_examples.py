@@ -9,8 +9,8 @@ reward it was written for (1.0 right, 0.0 wrong), else nothing is written.
 import asyncio
 import json
 
-from gym_serve.envs._recording import record, says
 from gym_serve.envs.structured_outputs import StructuredOutputs
+from gym_serve.testing.recording import record, says
 
 
 def obj(properties: dict, **extra) -> dict:

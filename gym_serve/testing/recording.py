@@ -1,8 +1,9 @@
 """Recording an environment's examples: scripted answers played through the real environment.
 
-Every `data/make_examples.py` (and `envs/_scripted_recordings.py`) builds its
-rows and, for each, a right and a wrong answer (the output items of each model
-turn), then calls `record`. It plays every answer through the environment
+Every environment's example maker (the built-in ones' `data/make_examples.py`
+and `envs/_scripted_recordings.py`, a scaffolded package's `examples.py`) builds
+its rows and, for each, a right and a wrong answer (the output items of each
+model turn), then calls `record`. It plays every answer through the environment
 (`run_local`), stops unless the right one scored 1.0 and the wrong one 0.0,
 and writes the rows to `data/example.jsonl` and the episodes (with the
 environment's own tool outputs and user turns) to `data/example_rollouts.jsonl`,
@@ -14,7 +15,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gym_serve import Environment, run_local
+from gym_serve.environment.core import Environment
+from gym_serve.errors import EnvError
+from gym_serve.rollout.local import run_local
 
 __all__ = ["Example", "Scripted", "Turns", "call", "message", "record", "says"]
 
@@ -76,7 +79,7 @@ async def record(env: type[Environment], examples: list[Example], config: Any = 
         for turns, meant in ((right, 1.0), (wrong, 0.0)):
             rollout = await run_local(row, env(config), Scripted(turns))
             if rollout["reward"] != meant:
-                raise SystemExit(
+                raise EnvError(
                     f"{env.name()} row {i}: the {'right' if meant else 'wrong'} answer scored "
                     f"{rollout['reward']}: {rollout['response']['output'][-3:]}"
                 )
@@ -94,6 +97,7 @@ async def record(env: type[Environment], examples: list[Example], config: Any = 
                 }
             )
     data = env.data_dir()
+    data.mkdir(parents=True, exist_ok=True)
     (data / "example.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (data / "example_rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recordings))
     print(f"{env.name()}: {len(rows)} rows, {len(recordings)} recordings")
