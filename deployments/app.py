@@ -19,11 +19,13 @@ from gym_serve.serving.autoscaling import BATCHED_TIER_AUTOSCALING
 from gym_serve.serving.config import (
     AppArgs,
     ModelRefArgs,
+    NemoGymEnvironmentArgs,
     OpenAIModelArgs,
     ReplayModelArgs,
     VLLMModelArgs,
     validate_app_args,
 )
+from gym_serve.serving.routing import session_router_config
 
 __all__ = ["build_app"]
 
@@ -41,6 +43,8 @@ def build_app(args: AppArgs | dict[str, Any]) -> Application:
             )
         return model
     env_options = args.environment.deployment.serve_options(environment.DEFAULTS, BATCHED_TIER_AUTOSCALING)
+    if isinstance(args.environment, NemoGymEnvironmentArgs):  # a rollout's calls go to its session's replica
+        env_options.setdefault("request_router_config", session_router_config())
     env = _bind(environment.EnvironmentDeployment, env_options, args.environment)
     model_app = args.model.app if isinstance(args.model, ModelRefArgs) else None
     config = AgentConfig.model_validate(args.agent.model_dump(exclude={"deployment"}))

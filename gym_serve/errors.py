@@ -9,6 +9,7 @@ GymServeError
 ├── VerifyError          an environment's verify raised or returned nothing usable    verifier_error
 │   └── JudgeError       a judge model gave no usable verdict                          judge_failed
 ├── ModelError           the model tier failed to answer                               model_error
+├── SessionLostError     the replica holding the rollout's session state went away      session_lost
 └── RolloutError         a rollout could not finish, with the kind it names            (its own)
 ```
 
@@ -33,6 +34,7 @@ __all__ = [
     "JudgeError",
     "ModelError",
     "RolloutError",
+    "SessionLostError",
     "ToolError",
     "VerifyError",
     "failure_kind",
@@ -159,6 +161,17 @@ class ModelError(GymServeError):
     """Raised when the model tier fails to produce a response."""
 
     kind = FailureKind.MODEL_ERROR
+
+
+class SessionLostError(GymServeError):
+    """Raised when a call of a rollout reaches a replica that does not hold the rollout's session.
+
+    Environments that keep a rollout's state in replica memory (hosted NeMo Gym
+    servers) pin each rollout to the replica that seeded it; when that replica
+    went away, the rollout cannot go on, and a new attempt seeds a new session.
+    """
+
+    kind = FailureKind.SESSION_LOST
 
 
 class RolloutError(GymServeError):
