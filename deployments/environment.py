@@ -9,11 +9,13 @@ rollout's later calls to it, `gym_serve.serving.routing`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from ray import serve
 
+from gym_serve.environment import nemo_gym
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.environment.runner import EnvInfo, EnvRunner
 from gym_serve.serving.autoscaling import Load
@@ -36,6 +38,9 @@ class EnvironmentDeployment:
         if isinstance(args, NemoGymEnvironmentArgs):
             from gym_serve.environment.nemo_gym.host import NemoGymServer  # imports NeMo Gym in this replica only
 
+            # NeMo Gym runs each server in its own folder, and server configs name files relative to it;
+            # this replica process is the server's process.
+            os.chdir(nemo_gym.data_dir(args.server).parent)
             self.runner = NemoGymServer(
                 args.server,
                 args.config,

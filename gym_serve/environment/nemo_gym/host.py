@@ -45,6 +45,7 @@ import builtins
 import contextlib
 import importlib
 import inspect
+import json
 import logging
 import os
 import sys
@@ -104,6 +105,7 @@ class NemoGymServer:
         )
         self._sessions: dict[str, _Session] = {}
         self._swept = time.monotonic()
+        self._abandoned: set[asyncio.Future[Any]] = set()
 
     @property
     def open_sessions(self) -> int:
@@ -150,14 +152,18 @@ class NemoGymServer:
         """`POST /verify` with the row plus `response`; the verify JSON, less the echoed request, is the verdict."""
         session = self._session(state)
         body = {**row, "response": _with_response_defaults(response, row)}
+        call = asyncio.ensure_future(self._post("/verify", body, session))
         try:
-            async with asyncio.timeout(self.verify_timeout_s):
-                status, raw = await self._post("/verify", body, session)
-        except TimeoutError as e:
-            raise VerifyError(
-                f"NeMo Gym server `{self.name}`: /verify did not answer within {self.verify_timeout_s:g} s "
-                f"(a judge it calls may be down: NeMo Gym retries a refused connection forever)"
-            ) from e
+            done, _ = await asyncio.wait({call}, timeout=self.verify_timeout_s)
+            if not done:
+                self._abandon(call)
+                raise VerifyError(
+                    f"NeMo Gym server `{self.name}`: /verify did not answer within {self.verify_timeout_s:g} s "
+                    f"(a judge it calls may be down: NeMo Gym retries a refused connection forever)"
+                )
+            status, raw = call.result()
+        except VerifyError:
+            raise
         except Exception as e:
             raise VerifyError(f"NeMo Gym server `{self.name}`: /verify raised {type(e).__name__}: {e}") from e
         finally:
@@ -175,6 +181,14 @@ class NemoGymServer:
         for echoed in ("responses_create_params", "response"):
             verdict.pop(echoed, None)
         return verdict
+
+    def _abandon(self, call: asyncio.Future[Any]) -> None:
+        """Stop waiting for a verify past its deadline. NeMo Gym's judge retry loop does not stop when cancelled
+        (it runs in a task group of the server's middleware), so the call is cancelled and let go, not awaited."""
+        call.cancel()
+        self._abandoned.add(call)
+        call.add_done_callback(self._abandoned.discard)
+        log.warning("NeMo Gym server `%s`: %d verify calls past their deadline still run", self.name, len(self._abandoned))
 
     async def _tool(self, name: str, arguments: Any, session: _Session) -> str:
         try:
@@ -310,12 +324,12 @@ def _build(server: str, config: dict[str, Any], endpoints: dict[str, str]) -> tu
         server_config = config_cls.model_validate(values)
     except Exception as e:
         raise EnvError(f"NeMo Gym server `{server}`: its config does not validate: {e}") from e
+    global_config = _global_config(endpoints)
+    _give_process_global_config(global_config)
     client = ServerClient(
         head_server_config=BaseServerConfig(host="127.0.0.1", port=0),  # never contacted
-        global_config_dict=OmegaConf.create(_global_config(endpoints)),
+        global_config_dict=OmegaConf.create(global_config),
     )
-    if endpoints:
-        _ensure_http_client()
     instance = cls(config=server_config, server_client=client)
     app = instance.setup_webserver()
     instance.setup_liveness(app)
@@ -342,17 +356,17 @@ def _global_config(endpoints: dict[str, str]) -> dict[str, Any]:
     return config
 
 
-def _ensure_http_client() -> None:
-    """NeMo Gym's process-wide aiohttp client, set up from defaults (else its first call parses `sys.argv` as
-    Hydra overrides to find its config)."""
-    from nemo_gym.server_utils import (
-        GlobalAIOHTTPAsyncClientConfig,
-        is_global_aiohttp_client_setup,
-        set_global_aiohttp_client,
-    )
+def _give_process_global_config(global_config: dict[str, Any]) -> None:
+    """Give this process NeMo Gym's global config the way its CLI gives each server process it starts one.
 
-    if not is_global_aiohttp_client_setup():
-        set_global_aiohttp_client(GlobalAIOHTTPAsyncClientConfig())
+    Code in NeMo Gym and in servers reads it (its aiohttp client, judges,
+    sandboxes); without one, the first read parses `sys.argv` as Hydra overrides
+    (a Ray worker's arguments). The first server built in a process sets it.
+    """
+    from nemo_gym.global_config import NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME, maybe_get_global_config_dict
+
+    if maybe_get_global_config_dict() is None:
+        os.environ[NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME] = json.dumps(global_config)
 
 
 def _accepts_cookie_close(cls: type) -> bool:
@@ -369,10 +383,13 @@ def _contained(server_dir: Any) -> Iterator[None]:
     site-packages last), replaces `builtins.print` with an always-flushing one,
     and sets `TOKENIZERS_PARALLELISM`, `HF_HOME` and `HF_DATASETS_CACHE` (to a
     `cache/` folder in the working directory). Servers import sibling modules by
-    bare name, so the server's folder is on `sys.path` while it is imported.
+    bare name, so the server's folder is on `sys.path` while it is imported; some
+    read NeMo Gym's global config at import, which parses `sys.argv` as Hydra
+    overrides, so the import sees no arguments.
     """
-    path, printer, environ = list(sys.path), builtins.print, dict(os.environ)
+    path, argv, printer, environ = list(sys.path), list(sys.argv), builtins.print, dict(os.environ)
     sys.path.insert(0, str(server_dir))
+    sys.argv[1:] = []
     try:
         import nemo_gym  # noqa: F401  (its side effects happen here, and are undone below)
 
@@ -381,6 +398,7 @@ def _contained(server_dir: Any) -> Iterator[None]:
         raise EnvError(f"cannot import the NeMo Gym server in {server_dir}: {type(e).__name__}: {e}") from e
     finally:
         sys.path[:] = path
+        sys.argv[:] = argv
         builtins.print = printer
         for key in set(os.environ) - set(environ):
             del os.environ[key]
