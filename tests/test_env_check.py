@@ -34,7 +34,7 @@ def test_bad_rows_are_named_by_file_line_and_field(tmp_path: Path) -> None:
     lines = [json.dumps(row("ok", expected="1")), "{oops", json.dumps({"input": "x"}), json.dumps(row("no field"))]
     (tmp_path / "example.jsonl").write_text("\n".join(lines) + "\n")
     report = EnvReport("broken")
-    rows = _check_rows(broken_env(tmp_path), report)
+    rows = _check_rows(broken_env(tmp_path).data_dir() / "example.jsonl", Needs, report)
     assert [line for line, _ in rows] == [1]
     text = "\n".join(report.problems)
     assert "line 2" in text and "line 3" in text and "responses_create_params.input" in text
@@ -50,7 +50,7 @@ def test_rows_need_a_right_and_a_wrong_recording(tmp_path: Path) -> None:
     ]
     (tmp_path / "example_rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recorded))
     report = EnvReport("broken")
-    rewards = _recorded_rewards(broken_env(tmp_path), report)
+    rewards = _recorded_rewards(broken_env(tmp_path).data_dir() / "example_rollouts.jsonl", report)
     assert not report.problems
     assert sorted(rewards.values(), key=str) == sorted([(1.0, 0.0), (1.0, None)], key=str)
 
@@ -68,3 +68,23 @@ def test_an_environment_passes_through_real_serve() -> None:
     assert report.ok, report.render()
     assert len(report.rows) >= 5
     assert all(r.right == 1.0 and r.wrong == 0.0 and 0 < r.verify_s < 2.0 for r in report.rows)
+
+
+@pytest.mark.serve
+@pytest.mark.timeout(400)
+def test_a_hosted_nemo_gym_server_is_checked_like_ours() -> None:
+    """`gym-serve env test nemo_gym:xlam_fc`: its own rows and NeMo Gym's recordings, through its Serve config."""
+    import ray
+
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    try:
+        report = check_environment("nemo_gym:xlam_fc")
+        stale = check_environment("nemo_gym:mcqa")
+    finally:
+        ray.shutdown()
+    assert report.ok, report.render()
+    assert sorted(r.right for r in report.rows) == [0.0, 0.0, 1.0, 1.0, 1.0], "NeMo Gym's recorded rewards"
+    assert all(r.expected_wrong is None for r in report.rows), "NeMo Gym recorded one answer per prompt"
+    assert report.render().endswith("nemo_gym:xlam_fc: 5/5 rows pass (reward got (recorded)) OK")
+    # mcqa's third recording predates a scorer change in NeMo Gym itself: the check says so, on that row only
+    assert [r.problems for r in stale.rows] == [[], [], ["right answer scored 1, its recording 0"], [], []]

@@ -37,7 +37,8 @@ from gym_serve.errors import (
 )
 from gym_serve.rollout.loop import AgentConfig, run_episode
 from gym_serve.rollout.replay import ReplayModel
-from gym_serve.serving.config import validate_app_args
+from gym_serve.serving.config import NemoGymEnvironmentArgs, load_serve_config, validate_app_args
+from tests.conftest import REPO
 
 PROVEN = [
     # the servers the issue names (instruction_following cannot run here: see the test of its missing package)
@@ -66,10 +67,8 @@ PROVEN = [
     "polymath",
     "proof_genselect",
     "ragtruth",
-    "single_step_tool_use_with_argument_comparison",
     "spartqa",
     "string_match",
-    "swe_pivot",
     "ugphysics_judge",
 ]
 
@@ -225,7 +224,8 @@ def test_hosting_a_server_puts_back_what_importing_nemo_gym_changes() -> None:
 def test_config_validation_and_the_cli_never_import_nemo_gym() -> None:
     code = (
         "import sys\n"
-        "from gym_serve.serving.config import validate_app_args\n"
+        "from gym_serve.serving.config import NemoGymEnvironmentArgs, load_serve_config, validate_app_args
+from tests.conftest import REPO\n"
         "validate_app_args({'environment': {'kind': 'nemo_gym', 'server': 'mcqa'}}, source='x', app='a')\n"
         "from gym_serve.analysis.check import recorded_rollouts\n"
         "assert len(recorded_rollouts('mcqa')) == 5\n"
@@ -275,3 +275,16 @@ def test_config_fields_come_from_the_shipped_config_and_unknown_ones_are_refused
 def test_available_servers_lists_what_is_installed() -> None:
     servers = nemo_gym.available_servers()
     assert len(servers) > 100 and set(PROVEN) <= set(servers)
+
+
+def test_every_proven_server_has_a_serve_config_that_names_it() -> None:
+    configs = {p.stem: p for p in (REPO / "deployments" / "nemo_gym").glob("*.yaml")}
+    assert sorted(configs) == sorted(PROVEN)
+    for server, path in configs.items():
+        (spec,) = load_serve_config(path)
+        args = spec.app_args(str(path))
+        assert isinstance(args.environment, NemoGymEnvironmentArgs) and args.environment.server == server
+        rows = [json.loads(line) for line in (nemo_gym.data_dir(server) / "example.jsonl").read_text().splitlines()]
+        assert {(row.get("agent_ref") or {}).get("name", spec.name) for row in rows} == {spec.name}, (
+            "the application is the agent NeMo Gym's rows name, so they run as they are"
+        )

@@ -9,7 +9,8 @@ A Serve request carries a routing key in `handle.options(session_id=...)`
   is gone, to any replica, which answers `session_lost`;
 - any other key goes where Serve's consistent-hash ring puts it (the same
   replica for the same key, from every caller: an Agent's session buckets);
-- no key: the least loaded replica (a rollout's first call).
+- no key: the less loaded of two random replicas (Serve's default policy),
+  e.g. a rollout's first call.
 
 Calls are micro-batched (`gym_serve.serving.batching`), and a batch is one
 request: `MicroBatcher(route=...)` sends the calls of different keys in
@@ -18,6 +19,7 @@ different requests, so every call travels under its own key.
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from ray.serve.config import RequestRouterConfig
@@ -48,7 +50,7 @@ class SessionRouter(ConsistentHashRouter):
     async def choose_replicas(self, candidate_replicas: list[Any], pending_request: Any = None) -> list[list[Any]]:
         key = pending_request.metadata.session_id if pending_request is not None else ""
         if not key or not candidate_replicas:
-            return [candidate_replicas]
+            return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
         if key.startswith(_REPLICA_PREFIX):
             replica = key[len(_REPLICA_PREFIX) :]
             pinned = [r for r in candidate_replicas if r.replica_id.unique_id == replica]
