@@ -66,7 +66,9 @@ class EnvironmentDeployment:
         A later call that lands elsewhere anyway (this replica went away) finds no
         session there and fails as `session_lost`.
         """
-        return {**await self.runner.seed(row), REPLICA_KEY: self.replica}
+        state = await self.runner.seed(row)
+        assert isinstance(state, dict), "a runner with replica sessions returns its session as state"
+        return {**state, REPLICA_KEY: self.replica}
 
     async def describe(self) -> EnvInfo:
         return self.runner.describe()

@@ -145,7 +145,7 @@ async def test_killing_an_environment_replica_mid_collection_loses_no_rollout(
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.filterwarnings("ignore:The `metrics_interval_s` field in AutoscalingConfig is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:The `metrics_interval_s` field in AutoscalingConfig:DeprecationWarning")
 async def test_the_environment_tier_autoscales_and_sessions_keep_their_replica(serve_instance: None) -> None:
     name = unique("ng-scale")
     autoscaling = {

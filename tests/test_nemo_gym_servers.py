@@ -15,6 +15,7 @@ import asyncio
 import builtins
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -78,7 +79,7 @@ KNOWN = {
 """(server, recording index) whose recorded reward NeMo Gym 0.7.0 itself no longer gives, and why."""
 
 SLOW_MATH = {("math_with_judge", 1)}
-"""math-verify stops its own comparison after 5 s and scores 0; on a slow or loaded CPU this recording's takes longer."""
+"""math-verify stops its own comparison after 5 s and scores 0; on a slow or loaded CPU this one takes longer."""
 
 
 def structured_outputs_row(recorded: dict[str, Any]) -> dict[str, Any]:
@@ -224,15 +225,12 @@ def test_hosting_a_server_puts_back_what_importing_nemo_gym_changes() -> None:
 def test_config_validation_and_the_cli_never_import_nemo_gym() -> None:
     code = (
         "import sys\n"
-        "from gym_serve.serving.config import NemoGymEnvironmentArgs, load_serve_config, validate_app_args
-from tests.conftest import REPO\n"
+        "from gym_serve.serving.config import validate_app_args\n"
         "validate_app_args({'environment': {'kind': 'nemo_gym', 'server': 'mcqa'}}, source='x', app='a')\n"
         "from gym_serve.analysis.check import recorded_rollouts\n"
         "assert len(recorded_rollouts('mcqa')) == 5\n"
         "assert 'nemo_gym' not in sys.modules, 'imported nemo_gym'\n"
     )
-    import subprocess
-
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
 
@@ -249,9 +247,11 @@ def test_an_unknown_server_names_the_near_ones() -> None:
 def test_a_server_whose_package_is_missing_fails_at_deploy_time_naming_it() -> None:
     """instruction_following needs `verifiable-instructions`, published only on GitHub (not on PyPI)."""
     with pytest.raises(ConfigError) as e:
-        validate_app_args({"environment": {"kind": "nemo_gym", "server": "instruction_following"}}, source="x", app="a")
+        environment = {"kind": "nemo_gym", "server": "instruction_following"}
+        validate_app_args({"environment": environment}, source="x", app="a")
     message = str(e.value)
-    assert "module `verifiable_instructions`: install `git+https://github.com/abukharin-nv/verifiable-instructions.git`" in message
+    package = "git+https://github.com/abukharin-nv/verifiable-instructions.git"
+    assert f"module `verifiable_instructions`: install `{package}`" in message
     assert message.endswith("instruction_following/requirements.txt")
 
 

@@ -121,7 +121,9 @@ class NemoGymEnvironmentArgs(BaseModel):
         description="NeMo Gym server names the server calls (an LLM judge's model server) → `http://HOST:PORT`.",
     )
     verify_timeout_s: float = Field(
-        default=120.0, gt=0, description="Deadline of one verify (NeMo Gym's judge calls retry a refused connection "
+        default=120.0,
+        gt=0,
+        description="Deadline of one verify (NeMo Gym's judge calls retry a refused connection "
         "forever); past it the rollout fails with `verifier_error`.",
     )
     session_idle_s: float = Field(

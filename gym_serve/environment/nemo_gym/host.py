@@ -188,7 +188,7 @@ class NemoGymServer:
         call.cancel()
         self._abandoned.add(call)
         call.add_done_callback(self._abandoned.discard)
-        log.warning("NeMo Gym server `%s`: %d verify calls past their deadline still run", self.name, len(self._abandoned))
+        log.warning("NeMo Gym server `%s`: %d verifies past their deadline run on", self.name, len(self._abandoned))
 
     async def _tool(self, name: str, arguments: Any, session: _Session) -> str:
         try:
@@ -232,9 +232,7 @@ class NemoGymServer:
         return status, body
 
 
-async def asgi_post(
-    app: Any, path: str, body: bytes, cookies: dict[str, str]
-) -> tuple[int, bytes, dict[str, str]]:
+async def asgi_post(app: Any, path: str, body: bytes, cookies: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
     """POST `body` (JSON) to an ASGI app in this process: `(status, response body, cookies it set)`."""
     headers = [
         (b"host", b"nemo-gym.local"),
@@ -302,10 +300,9 @@ def _build(server: str, config: dict[str, Any], endpoints: dict[str, str]) -> tu
     """
     with _contained(catalog.server_dir(server)):
         from fastapi.exceptions import RequestValidationError
-        from omegaconf import OmegaConf
-
         from nemo_gym.config_types import BaseServerConfig
         from nemo_gym.server_utils import ServerClient, _validation_exception_handler
+        from omegaconf import OmegaConf
 
         module = importlib.import_module(f"resources_servers.{server}.{catalog.entrypoint(server).stem}")
     cls = getattr(module, catalog.server_class_name(server))
@@ -369,7 +366,7 @@ def _give_process_global_config(global_config: dict[str, Any]) -> None:
         os.environ[NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME] = json.dumps(global_config)
 
 
-def _accepts_cookie_close(cls: type) -> bool:
+def _accepts_cookie_close(cls: Any) -> bool:
     """Whether the server closes a `/run`-seeded session on `POST /close_session` with an empty body."""
     body = inspect.signature(cls.close_resources_session).parameters.get("body")
     return body is not None and body.default is not inspect.Parameter.empty
