@@ -178,11 +178,17 @@ class RolloutError(GymServeError):
     """Raised when a rollout cannot finish for a reason its raiser names (e.g. a tier call timed out)."""
 
     def __init__(self, message: str, *, kind: FailureKind) -> None:
-        self.kind = kind  # type: ignore[misc]  # an instance's own kind, over the class default
+        self._kind = kind
         super().__init__(message)
 
+    @property  # per instance, over the class-level kind of the other errors
+    def kind(self) -> FailureKind:  # type: ignore[override]
+        """Read through `_kind`, so that Ray's wrapper of a raised `RolloutError` (which answers attribute
+        lookups it cannot resolve from the original) gives the original's kind, not the class default."""
+        return self._kind
+
     def __reduce__(self) -> tuple[Any, ...]:
-        return _rebuild, (type(self), self.args[0], {"kind": self.kind})
+        return _rebuild, (type(self), self.args[0], {"kind": self._kind})
 
 
 def _rebuild(cls: type[Exception], message: str, fields: dict[str, Any]) -> Exception:

@@ -83,6 +83,9 @@ def test_serve_run_brings_up_an_environment_that_answers_over_http(tmp_path: Pat
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             _signal(proc, signal.SIGKILL)
+            proc.wait(timeout=30)
+        assert proc.stdout is not None
+        proc.stdout.close()
 
 
 def _signal(proc: subprocess.Popen, sig: int) -> None:

@@ -139,6 +139,8 @@ def server() -> Iterator[tuple[FakeOpenAI, str]]:
     yield fake, f"http://127.0.0.1:{port}/v1"
     loop.call_soon_threadsafe(loop.stop)
     thread.join(timeout=5)
+    loop.run_until_complete(runner.cleanup())  # left open, the loop and its sockets surface in a later test's GC
+    loop.close()
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import inspect
 import pkgutil
 
 from gym_serve.environment.core import Environment
+from gym_serve.environment.nemo_gym.catalog import PREFIX as NEMO_GYM_PREFIX
 from gym_serve.errors import EnvError
 
 __all__ = ["available_environments", "load_environment_class"]
@@ -29,6 +30,8 @@ def available_environments() -> list[str]:
 
 def load_environment_class(name: str) -> type[Environment]:
     """The `Environment` subclass registered as `name` (or at import path `module:Class`)."""
+    if name.startswith(NEMO_GYM_PREFIX):
+        raise EnvError(f"`{name}` is a hosted NeMo Gym server, not a gym-serve Environment class")
     if ":" in name:
         module_name, _, attr = name.partition(":")
         try:

@@ -18,17 +18,18 @@ with `serve run`, `serve deploy` and `gym-serve up`::
 Each tier (`Agent`, `Environment`, `Model`) is a deployment of its own, with
 its own replicas, autoscaling, `max_ongoing_requests` and
 `max_queued_requests`: set them under the tier's `deployment:` key in `args`,
-or in Serve's `gym_serve.deployments:` list (which wins, as under `serve run`).
+or in Serve's `deployments:` list (which wins, as under `serve run`).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, SecretStr, Tag, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, SecretStr, Tag, ValidationError
 
 from gym_serve.environment import nemo_gym
 from gym_serve.environment.registry import load_environment_class
@@ -277,8 +278,22 @@ class AppSpec(BaseModel):
     args: dict[str, Any] = Field(default_factory=dict)
     deployments: list[dict[str, Any]] = Field(default_factory=list)
 
+    _parsed: AppArgs | None = PrivateAttr(default=None)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> AppSpec:
+        """A copy; one with fields changed validates its args anew."""
+        copied = super().model_copy(update=update, deep=deep)
+        if update:
+            copied._parsed = None
+        return copied
+
     def app_args(self, source: str = "<config>") -> AppArgs:
-        """`args` with the `gym_serve.deployments:` overrides folded in, validated."""
+        """`args` with the `deployments:` overrides folded in, validated once (the result is kept)."""
+        if self._parsed is None:
+            self._parsed = self._validate_args(source)
+        return self._parsed
+
+    def _validate_args(self, source: str) -> AppArgs:
         args = copy.deepcopy(self.args)
         for override in self.deployments:
             override = dict(override)

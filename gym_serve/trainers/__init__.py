@@ -1,0 +1,16 @@
+"""Trainer adapters: gym-serve's rollouts in the shape each RL trainer's rollout hook wants.
+
+| module | trainer | hook |
+|---|---|---|
+| `trl` | TRL >= 1.0 | `GRPOTrainer(rollout_func=TRLRollouts(...))` |
+| `trl_async` | TRL's async GRPO | `AsyncGRPOTrainer(rollout_worker=..., weight_transfer=...)` |
+| `verl` | verl 0.9 | an agent loop (`GymServeAgentLoop`) |
+| `skyrl` | SkyRL 0.4 | a generator (`GymServeGenerator`) |
+| `nemo_rl` | NeMo RL 0.7 | NeMo Gym's `RolloutCollectionHelper`, replaced |
+
+All of them turn rollout rows into `sequence.TrainingSequence`s (one shared
+builder) and get rollouts from a `source.RolloutSource`: gym-serve over HTTP
+(`gym_serve.client.GymClient`) or in the cluster
+(`gym_serve.collect.stream.ServeRollouts`). The trainer packages are optional:
+a module imports its trainer only where it builds that trainer's own objects.
+"""
