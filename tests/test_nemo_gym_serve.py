@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -187,25 +188,41 @@ async def test_the_environment_tier_autoscales_and_sessions_keep_their_replica(s
     serve.delete(name)
 
 
-@pytest.mark.timeout(400)
-def test_nemo_gyms_example_rows_run_as_they_are_with_gym_serve_collect(tmp_path: Path) -> None:
-    """The README's command: NeMo Gym's own example.jsonl, its Serve config from deployments/nemo_gym/."""
-    config = REPO / "deployments" / "nemo_gym" / "example_single_tool_call.yaml"
-    out = tmp_path / "rollouts.jsonl"
-    source = nemo_gym.data_dir("example_single_tool_call") / "example.jsonl"
-    command = [sys.executable, "-m", "gym_serve.cli", "collect", "--config", str(config), "--input", str(source)]
-    result = subprocess.run(
-        [*command, "--output", str(out), "--num-repeats", "2", "--address", "local"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=360,
-        check=False,
+def readme_command(starts: str) -> str:
+    """The README's command that starts with `starts` (continuation lines joined)."""
+    text = (REPO / "README.md").read_text().replace("\\\n", " ")
+    (line,) = [line for line in text.splitlines() if line.startswith(starts)]
+    return line
+
+
+def run_readme_command(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run it as a user would, with this virtual environment's `gym-serve` and `python` first on PATH."""
+    venv_bin = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PATH"] = f"{venv_bin}{os.pathsep}{env['PATH']}"
+    return subprocess.run(
+        ["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
     )
+
+
+@pytest.mark.timeout(700)
+def test_nemo_gyms_example_rows_run_as_they_are_with_the_readmes_collect(tmp_path: Path) -> None:
+    """NeMo Gym's own example.jsonl, the server's Serve config from deployments/nemo_gym/, as the README says."""
+    command = readme_command("gym-serve collect --config deployments/nemo_gym/")
+    for config in ("deployments/nemo_gym/example_single_tool_call.yaml",):
+        command = command.replace(config, str(REPO / config))
+    result = run_readme_command(command + " --num-repeats 2", tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    rollouts = read(out)
-    (spec,) = load_serve_config(config)
+    rollouts = read(tmp_path / "rollouts.jsonl")
+    (spec,) = load_serve_config(REPO / "deployments" / "nemo_gym" / "example_single_tool_call.yaml")
     assert len(rollouts) == 10 and {r["agent_ref"]["name"] for r in rollouts} == {spec.name}
-    recorded = sorted(r["reward"] for _, r in enumerate(read(source.parent / "example_rollouts.jsonl")))
+    recorded = [r["reward"] for r in read(nemo_gym.data_dir("example_single_tool_call") / "example_rollouts.jsonl")]
     assert sorted(r["reward"] for r in rollouts) == sorted(recorded * 2), "NeMo Gym's recorded rewards"
     assert all({"failure_kind", "failure_reason", "mask_sample"} <= r.keys() for r in rollouts)
+
+
+@pytest.mark.timeout(700)
+def test_the_readmes_env_test_checks_a_hosted_server(tmp_path: Path) -> None:
+    result = run_readme_command(readme_command("gym-serve env test nemo_gym:"), tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "nemo_gym:xlam_fc: 5/5 rows pass (reward got (recorded)) OK" in result.stdout
