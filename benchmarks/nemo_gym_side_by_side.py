@@ -50,8 +50,11 @@ from typing import Any
 
 import harness
 import psutil
+import ray
 import yaml
 
+from gym_serve.collect.driver import RolloutDriver
+from gym_serve.collect.job import CollectJob
 from gym_serve.environment import nemo_gym
 from gym_serve.testing.instant_openai_server import start_instant_server
 
@@ -128,7 +131,8 @@ class NemoGym:
         started = time.perf_counter()
         collector_s, output = self._collect(source, concurrency)
         wall = time.perf_counter() - started
-        servers_s = sum(max(0.0, now - servers.get(pid, 0.0)) for pid, now in _cpu(self.processes()).items())
+        by_process = _cpu_since(servers, self.processes())
+        servers_s = sum(by_process.values())
         finished = re.findall(r"Finished (\d+) / (\d+) rollouts \(100%\) in [\d:]+ \(([\d.]+) rollouts/min\)", output)
         if not finished:
             raise RuntimeError(f"gym eval run did not finish:\n{output[-3000:]}")
@@ -145,6 +149,7 @@ class NemoGym:
             "cpu_ms_per_rollout": 1000 * cpu_s / max(int(done), 1),
             "servers_cpu_ms_per_rollout": 1000 * servers_s / max(int(done), 1),
             "collector_cpu_ms_per_rollout": 1000 * collector_s / max(int(done), 1),
+            "cpu_ms_per_rollout_by_process": _per_rollout(by_process, int(done)),
         }
 
     def stop(self) -> None:
@@ -194,17 +199,16 @@ class GymServe:
         source = harness.rows_file(self.work / f"in-{n}.jsonl", n, source=nemo_gym.data_dir(SERVER) / "example.jsonl")
         out = self.work / "out.jsonl"
         out.unlink(missing_ok=True)
-        before = _cpu(self.processes())
-        summary, _ = harness.collect(
-            {
-                "input_path": str(source),
-                "output_path": str(out),
-                "agents": [AGENT],
-                "default_agent": AGENT,
-                "concurrency": concurrency,
-            }
+        job = CollectJob(
+            input_path=str(source), output_path=str(out), agents=[AGENT], default_agent=AGENT, concurrency=concurrency
         )
-        cpu_s = sum(max(0.0, now - before.get(pid, 0.0)) for pid, now in _cpu(self.processes()).items())
+        driver = RolloutDriver.remote()
+        ray.get(driver.progress.remote())  # the driver actor is up: its start-up is not the collection's CPU
+        before = _cpu(self.processes())
+        summary = ray.get(driver.collect.remote(job)).model_dump()
+        by_process = _cpu_since(before, self.processes())
+        ray.kill(driver)
+        cpu_s = sum(by_process.values())
         done = summary["rollouts"]
         return {
             "rollouts": done,
@@ -213,6 +217,7 @@ class GymServe:
             "seconds": summary["elapsed_s"],
             "rollouts_per_s": done / summary["elapsed_s"],
             "cpu_ms_per_rollout": 1000 * cpu_s / max(done, 1),
+            "cpu_ms_per_rollout_by_process": _per_rollout(by_process, done),
             "p50_ms": 1000 * (summary["latency_p50_s"] or 0.0),
             "p99_ms": 1000 * (summary["latency_p99_s"] or 0.0),
         }
@@ -221,15 +226,30 @@ class GymServe:
 # ---- both -------------------------------------------------------------------------------------------------------
 
 
-def _cpu(processes: list[psutil.Process]) -> dict[int, float]:
+def _cpu(processes: list[psutil.Process]) -> dict[int, tuple[str, float]]:
+    """pid → (what the process is, CPU seconds so far)."""
     times = {}
     for process in processes:
         try:
             t = process.cpu_times()
-            times[process.pid] = t.user + t.system
+            times[process.pid] = (" ".join(process.cmdline())[:80], t.user + t.system)
         except psutil.NoSuchProcess:
             pass
     return times
+
+
+def _cpu_since(before: dict[int, tuple[str, float]], processes: list[psutil.Process]) -> dict[str, float]:
+    """CPU seconds since `before`, summed by what the processes are."""
+    spent: dict[str, float] = {}
+    for pid, (name, now) in _cpu(processes).items():
+        spent[name] = spent.get(name, 0.0) + max(0.0, now - before.get(pid, ("", 0.0))[1])
+    return spent
+
+
+def _per_rollout(by_process: dict[str, float], rollouts: int) -> dict[str, float]:
+    """The processes that spent the most, in CPU-ms per rollout."""
+    top = sorted(by_process.items(), key=lambda item: -item[1])[:8]
+    return {name: round(1000 * seconds / max(rollouts, 1), 3) for name, seconds in top}
 
 
 def _tail(path: Path, chars: int = 2000) -> str:
@@ -308,8 +328,6 @@ def main() -> None:
             nemo.stop()
         model_process.terminate()
         model_process.wait(timeout=10)
-        import ray
-
         ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import json
 import os
 import subprocess
@@ -157,6 +158,26 @@ async def test_tool_calls_get_simple_agents_answers() -> None:
     assert json.loads(by_id["c"])["detail"][0]["loc"] == ["body", "city"], "the 422 body is the model's to read"
     assert by_id["d"] == by_id["e"] == by_id["f"] == NOT_FOUND, "the verifier's own routes are no tools"
     assert [o["type"] for o in outputs] == ["function_call_output"] * 6
+
+
+async def test_a_tool_that_raises_answers_the_model_as_nemo_gyms_middleware_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    NemoGymServer("example_single_tool_call")  # imports the server's module
+    server_class = sys.modules["resources_servers.example_single_tool_call.app"].SimpleWeatherResourcesServer
+
+    @functools.wraps(server_class.get_weather)  # FastAPI reads the route's body model from the signature
+    async def broken(self: Any, body: Any) -> None:
+        raise ValueError(f"no weather for {body.city}")
+
+    monkeypatch.setattr(server_class, "get_weather", broken)
+    host = NemoGymServer("example_single_tool_call")
+    state = await host.seed({"responses_create_params": {"input": "weather?"}})
+    calls = [{"call_id": "a", "name": "get_weather", "arguments": '{"city": "Atlantis"}'}]
+    outputs, state = await host.call_tools(calls, state)
+    assert outputs[0]["output"] == json.dumps(repr(ValueError("no weather for Atlantis"))), "the model reads it"
+    outputs, _ = await host.call_tools(calls, state)
+    assert outputs[0]["output"].startswith('"ValueError('), "the session and the server go on"
 
 
 async def test_seed_and_verify_failures_are_failures_of_their_kind() -> None:

@@ -193,9 +193,19 @@ class NemoGymServer:
     async def _tool(self, name: str, arguments: Any, session: _Session) -> str:
         try:
             _, body = await self._post(f"/{name}", arguments, session)
-        except Exception as e:  # what NeMo Gym's exception middleware would have answered
-            return orjson.dumps(repr(e)).decode()
+        except Exception as e:
+            return self._tool_failure(name, e)
         return body.decode(errors="replace")
+
+    def _tool_failure(self, name: str, e: Exception) -> str:
+        """What NeMo Gym's exception middleware answers for a tool that raised: a 500 whose body (what the model
+        reads) is the exception's repr as JSON, or, for a failed call to another server, that server's answer."""
+        log.warning("NeMo Gym server `%s`: tool `%s` raised", self.name, name, exc_info=e)
+        inner = getattr(e, "response_content", None)
+        if inner is not None:
+            key = self.server.get_session_middleware_key()
+            return orjson.dumps(f"Hit an exception in {key} calling an inner server: {inner}").decode()
+        return orjson.dumps(repr(e)).decode()
 
     def _session(self, state: Any) -> _Session:
         key = state.get("session") if isinstance(state, dict) else None
@@ -294,9 +304,11 @@ def _build(server: str, config: dict[str, Any], endpoints: dict[str, str]) -> tu
     """The server object and its app, as NeMo Gym's `run_webserver` builds them, minus uvicorn and the head server.
 
     What `run_webserver` adds after `setup_webserver` and is kept: the liveness
-    routes, the exception middleware (a tool's exception becomes a 500 whose
-    body is the exception's repr, which the model reads) and the validation
-    handler. Left out: uvicorn, telemetry, profiling, MCP exposure, ulimits.
+    routes and the validation handler. Its exception middleware (an HTTP
+    middleware: ~0.4 ms of CPU per call here, a quarter of a call's cost) is
+    replaced by the host's handling of what it handles, with the same answers
+    (`NemoGymServer._tool_failure`). Left out: uvicorn, telemetry, profiling,
+    MCP exposure, ulimits.
     """
     with _contained(catalog.server_dir(server)):
         from fastapi.exceptions import RequestValidationError
@@ -330,7 +342,6 @@ def _build(server: str, config: dict[str, Any], endpoints: dict[str, str]) -> tu
     instance = cls(config=server_config, server_client=client)
     app = instance.setup_webserver()
     instance.setup_liveness(app)
-    instance.setup_exception_middleware(app)
     app.exception_handler(RequestValidationError)(_validation_exception_handler)
     return app, instance
 
