@@ -11,7 +11,6 @@ The same servers run through Serve in `tests/test_nemo_gym_serve.py`.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import functools
 import json
@@ -154,7 +153,10 @@ async def test_tool_calls_get_simple_agents_answers() -> None:
     outputs, state = await host.call_tools(calls, state)
     by_id = {o["call_id"]: o["output"] for o in outputs}
     assert json.loads(by_id["a"]) == {"city": "Oslo", "weather_description": "The weather in Oslo is cold."}
-    assert json.loads(by_id["b"])["error"].startswith("Invalid tool call arguments: JSONDecodeError(")
+    try:
+        json.loads("{not json")
+    except json.JSONDecodeError as e:  # simple_agent's own message for it
+        assert by_id["b"] == json.dumps({"error": f"Invalid tool call arguments: {e!r}"})
     assert json.loads(by_id["c"])["detail"][0]["loc"] == ["body", "city"], "the 422 body is the model's to read"
     assert by_id["d"] == by_id["e"] == by_id["f"] == NOT_FOUND, "the verifier's own routes are no tools"
     assert [o["type"] for o in outputs] == ["function_call_output"] * 6
@@ -228,7 +230,6 @@ async def test_sessions_that_no_call_touches_end() -> None:
     time.sleep(0.05)
     host._swept -= 3600  # the sweep runs at most once a minute
     await host.seed({"responses_create_params": {"input": "y"}, "initial_count": 2})
-    await asyncio.sleep(0)
     assert host.open_sessions == 1, "the abandoned session ended; the new one is open"
     with pytest.raises(SessionLostError):
         await host.call_tools([], abandoned)

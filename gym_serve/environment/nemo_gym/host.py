@@ -106,6 +106,7 @@ class NemoGymServer:
         self._sessions: dict[str, _Session] = {}
         self._swept = time.monotonic()
         self._abandoned: set[asyncio.Future[Any]] = set()
+        self._background: set[asyncio.Future[Any]] = set()
 
     @property
     def open_sessions(self) -> int:
@@ -136,10 +137,10 @@ class NemoGymServer:
         outputs = []
         for call in calls:
             name = str(call.get("name", ""))
-            try:
-                arguments = orjson.loads(call.get("arguments"))  # type: ignore[arg-type]
-            except (orjson.JSONDecodeError, TypeError) as e:
-                text = orjson.dumps({"error": f"Invalid tool call arguments: {e!r}"}).decode()
+            try:  # simple_agent's parsing and message, exactly: the model reads them
+                arguments = json.loads(call.get("arguments"))  # type: ignore[arg-type]
+            except (json.JSONDecodeError, TypeError) as e:
+                text = json.dumps({"error": f"Invalid tool call arguments: {e!r}"})
             else:
                 text = NOT_FOUND if name in PROTOCOL_ROUTES else await self._tool(name, arguments, session)
             outputs.append({"type": "function_call_output", "call_id": call.get("call_id", ""), "output": text})
@@ -220,8 +221,10 @@ class NemoGymServer:
 
     async def _end(self, key: str) -> None:
         session = self._sessions.pop(key, None)
-        if session is None or not self.closes_cookie_sessions:
-            return
+        if session is not None and self.closes_cookie_sessions:
+            await self._close(session)
+
+    async def _close(self, session: _Session) -> None:
         try:
             await self._post("/close_session", {}, session)
         except Exception as e:  # the verdict stands; only the server's own cleanup failed
@@ -234,7 +237,11 @@ class NemoGymServer:
             return
         self._swept = now
         for key in [k for k, s in self._sessions.items() if now - s.last_used > self.session_idle_s]:
-            asyncio.get_running_loop().create_task(self._end(key))
+            session = self._sessions.pop(key)
+            if self.closes_cookie_sessions:
+                closing = asyncio.ensure_future(self._close(session))
+                self._background.add(closing)  # keep a reference until it is done
+                closing.add_done_callback(self._background.discard)
 
     async def _post(self, path: str, payload: Any, session: _Session) -> tuple[int, bytes]:
         status, body, cookies = await asgi_post(self.app, path, orjson.dumps(payload), session.cookies)
