@@ -16,6 +16,7 @@ from gym_serve.errors import (
     JudgeError,
     ModelError,
     RolloutError,
+    SessionLostError,
     ToolError,
     VerifyError,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "ReplayModel",
     "Response",
     "RolloutError",
+    "SessionLostError",
     "RolloutRow",
     "Task",
     "ToolError",
