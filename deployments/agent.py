@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from ray import serve
@@ -13,10 +13,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from gym_serve.environment.runner import EnvInfo
+from gym_serve.errors import FailureKind, SessionLostError, failure_kind
 from gym_serve.rollout.loop import AgentConfig, run_episode
 from gym_serve.serving.autoscaling import Load
 from gym_serve.serving.batching import MicroBatcher, stream_batch
 from gym_serve.serving.replica_count import replica_counts
+from gym_serve.serving.routing import pinned_key
 from gym_serve.wire.responses import row_problems
 
 DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": 0}}
@@ -41,30 +43,57 @@ class _HandleModel:
 
 
 class _HandleEnv:
-    """The Environment tier through its handle, every call micro-batched per method."""
+    """The Environment tier through its handle, every call micro-batched per method.
+
+    A rollout whose state names the replica holding its session (a hosted NeMo
+    Gym server) has its calls sent to that replica (`gym_serve.serving.routing`);
+    if that replica dies under the call, the rollout's session is lost.
+    """
 
     def __init__(self, handle: DeploymentHandle) -> None:
         self.describe = handle.describe
-        send = handle.options(stream=True).batch.remote
+        self._handle = handle
+        self._senders: dict[str | None, Any] = {}
         parts = _replicas_of(handle)
-        self._seed: MicroBatcher[tuple[Any, ...], Any] = MicroBatcher(lambda c: send("seed", c), parts=parts)
-        self._call_tools: MicroBatcher[tuple[Any, ...], Any] = MicroBatcher(
-            lambda c: send("call_tools", c), parts=parts
-        )
-        self._user_turn: MicroBatcher[tuple[Any, ...], Any] = MicroBatcher(lambda c: send("user_turn", c), parts=parts)
-        self._verify: MicroBatcher[tuple[Any, ...], Any] = MicroBatcher(lambda c: send("verify", c), parts=parts)
+
+        def batcher(method: str, state_at: int | None) -> MicroBatcher[tuple[Any, ...], Any]:
+            route = (lambda call: pinned_key(call[state_at])) if state_at is not None else None
+            return MicroBatcher(lambda calls, key=None: self._sender(key)(method, calls), parts=parts, route=route)
+
+        self._seed = batcher("seed", None)
+        self._call_tools = batcher("call_tools", 1)
+        self._user_turn = batcher("user_turn", 2)
+        self._verify = batcher("verify", 2)
+
+    def _sender(self, key: str | None) -> Any:
+        """`batch.remote` of a streaming handle carrying routing key `key` (one handle per key, kept)."""
+        sender = self._senders.get(key)
+        if sender is None:
+            options: dict[str, Any] = {"stream": True} if key is None else {"stream": True, "session_id": key}
+            sender = self._senders[key] = self._handle.options(**options).batch.remote
+        return sender
 
     async def seed(self, row: dict[str, Any]) -> Any:
         return await self._seed((row,))
 
     async def call_tools(self, calls: list[dict[str, Any]], state: Any) -> tuple[list[dict[str, Any]], Any]:
-        return await self._call_tools((calls, state))
+        return await _on_session(state, self._call_tools((calls, state)))
 
     async def user_turn(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> tuple[Any, Any]:
-        return await self._user_turn((row, response, state))
+        return await _on_session(state, self._user_turn((row, response, state)))
 
     async def verify(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> dict[str, Any]:
-        return await self._verify((row, response, state))
+        return await _on_session(state, self._verify((row, response, state)))
+
+
+async def _on_session(state: Any, call: Awaitable[Any]) -> Any:
+    """`await call`; a replica's death under a call of a rollout pinned to it is the loss of the rollout's session."""
+    try:
+        return await call
+    except Exception as e:
+        if failure_kind(e) is FailureKind.KILL_SHAPED and pinned_key(state) is not None:
+            raise SessionLostError(f"the replica holding the rollout's session died: {type(e).__name__}: {e}") from e
+        raise
 
 
 @serve.deployment(name="Agent")

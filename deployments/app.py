@@ -22,12 +22,14 @@ from gym_serve.serving.config import (
     AppArgs,
     HTTPModelArgs,
     ModelRefArgs,
+    NemoGymEnvironmentArgs,
     OpenAIModelArgs,
     ReplayModelArgs,
     VLLMHTTPModelArgs,
     VLLMModelArgs,
     validate_app_args,
 )
+from gym_serve.serving.routing import session_router_config
 
 __all__ = ["build_app"]
 
@@ -47,6 +49,8 @@ def build_app(args: AppArgs | dict[str, Any]) -> Application:
             )
         return model
     env_options = args.environment.deployment.serve_options(environment.DEFAULTS, BATCHED_TIER_AUTOSCALING)
+    if isinstance(args.environment, NemoGymEnvironmentArgs):  # a rollout's calls go to its session's replica
+        env_options.setdefault("request_router_config", session_router_config())
     env = _bind(environment.EnvironmentDeployment, env_options, args.environment)
     model_app = args.model.app if isinstance(args.model, ModelRefArgs) else None
     config = AgentConfig.model_validate(args.agent.model_dump(exclude={"deployment"}))

@@ -1,33 +1,76 @@
-"""The Environment tier: one environment's tools, seeding and verification behind a handle."""
+"""The Environment tier: one environment's tools, seeding and verification behind a handle.
+
+The environment is one of gym-serve's (`EnvRunner`: per-rollout state travels
+with each call, any replica serves any call) or a hosted NeMo Gym server
+(`NemoGymServer`: a rollout's state stays in the replica that seeded it; the
+replica stamps its id on the rollout's state, and the Agent routes the
+rollout's later calls to it, `gym_serve.serving.routing`).
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray import serve
 
+from gym_serve.environment import nemo_gym
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.environment.runner import EnvInfo, EnvRunner
 from gym_serve.serving.autoscaling import Load
 from gym_serve.serving.batching import stream_batch
-from gym_serve.serving.config import EnvironmentArgs
+from gym_serve.serving.config import EnvironmentArgs, NemoGymEnvironmentArgs
+from gym_serve.serving.routing import REPLICA_KEY
+
+if TYPE_CHECKING:
+    from gym_serve.environment.nemo_gym.host import NemoGymServer
 
 DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 4096, "ray_actor_options": {"num_cpus": 0}}
 
 
 @serve.deployment(name="Environment")
 class EnvironmentDeployment:
-    """Stateless between calls: per-rollout state travels with each call, so any replica serves any rollout."""
+    """One environment's runner; see the module docstring for where a rollout's state lives."""
 
-    def __init__(self, args: EnvironmentArgs) -> None:
-        cls = load_environment_class(args.name)
-        self.runner = EnvRunner(cls(args.config, verify_timeout_s=args.verify_timeout_s))
+    def __init__(self, args: EnvironmentArgs | NemoGymEnvironmentArgs) -> None:
+        self.runner: EnvRunner | NemoGymServer
+        if isinstance(args, NemoGymEnvironmentArgs):
+            from gym_serve.environment.nemo_gym.host import NemoGymServer  # imports NeMo Gym in this replica only
+
+            # NeMo Gym runs each server in its own folder, and server configs name files relative to it;
+            # this replica process is the server's process.
+            os.chdir(nemo_gym.data_dir(args.server).parent)
+            self.runner = NemoGymServer(
+                args.server,
+                args.config,
+                verify_timeout_s=args.verify_timeout_s,
+                session_idle_s=args.session_idle_s,
+                endpoints=args.endpoints,
+            )
+        else:
+            self.runner = EnvRunner(
+                load_environment_class(args.name)(args.config, verify_timeout_s=args.verify_timeout_s)
+            )
+        self.replica = serve.get_replica_context().replica_id.unique_id
         self.load = Load()
+        methods = {name: getattr(self.runner, name) for name in _METHODS}
+        if self.runner.describe().replica_sessions:
+            methods["seed"] = self._stamped_seed
         # seed, call_tools, user_turn, verify: the runner's, counted for autoscaling
-        self._methods = {name: self.load.track(getattr(self.runner, name)) for name in _METHODS}
+        self._methods = {name: self.load.track(method) for name, method in methods.items()}
         for name, method in self._methods.items():
             setattr(self, name, method)
+
+    async def _stamped_seed(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Seed, and name this replica in the rollout's state: the Agent routes the rollout's later calls here.
+
+        A later call that lands elsewhere anyway (this replica went away) finds no
+        session there and fails as `session_lost`.
+        """
+        state = await self.runner.seed(row)
+        assert isinstance(state, dict), "a runner with replica sessions returns its session as state"
+        return {**state, REPLICA_KEY: self.replica}
 
     async def describe(self) -> EnvInfo:
         return self.runner.describe()

@@ -12,6 +12,7 @@ from typing import Any
 
 from ray import serve
 
+from gym_serve.environment import nemo_gym
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.rollout.replay import ReplayModel
 from gym_serve.serving.autoscaling import Load
@@ -52,7 +53,13 @@ class ReplayModelDeployment(BatchedResponses):
 
 
 def recording_path(source: str) -> Path:
-    """A recordings file path, or an environment name meaning its `data/example_rollouts.jsonl`."""
+    """A recordings file path, or an environment name meaning its `data/example_rollouts.jsonl`.
+
+    A hosted NeMo Gym server's (`nemo_gym:<server>`) are NeMo Gym's own recordings.
+    """
     if source.endswith(".jsonl") or "/" in source:
         return Path(source)
+    server = nemo_gym.server_name(source)
+    if server is not None:
+        return nemo_gym.data_dir(server) / "example_rollouts.jsonl"
     return load_environment_class(source).data_dir() / "example_rollouts.jsonl"

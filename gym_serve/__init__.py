@@ -17,6 +17,7 @@ from gym_serve.errors import (
     JudgeError,
     ModelError,
     RolloutError,
+    SessionLostError,
     ToolError,
     VerifyError,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "ReplayModel",
     "Response",
     "RolloutError",
+    "SessionLostError",
     "RolloutRow",
     "Task",
     "ToolError",

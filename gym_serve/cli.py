@@ -119,7 +119,10 @@ def _parser() -> argparse.ArgumentParser:
     env = sub.add_parser("env", help="work on an environment").add_subparsers(required=True, metavar="ACTION")
     env_test = env.add_parser("test", help="check an environment: its data, recordings, and every row through Serve")
     env_test.add_argument(
-        "names", nargs="+", metavar="NAME", help="environments: built in, installed (`gym-serve list`) or module:Class"
+        "names",
+        nargs="+",
+        metavar="NAME",
+        help="environments: built in, installed (`gym-serve list`), module:Class, or nemo_gym:<server>",
     )
     env_test.add_argument(
         "--verify-budget",
@@ -375,11 +378,12 @@ def _benchmarks() -> list[str]:
 
 
 def _environments(config: str) -> dict[str, str]:
-    """Agent (application) name → environment name, from a Serve config."""
+    """Agent (application) name → environment name, from a Serve config (gym-serve's own environments: a hosted
+    NeMo Gym server adds no metrics of its own to a profile, and is re-scored by serving it)."""
     environments = {}
     for spec in load_serve_config(config):
         environment = spec.app_args(config).environment
-        if environment is not None:
+        if environment is not None and environment.kind == "gym_serve":
             environments[spec.name] = environment.name
     return environments
 

@@ -14,6 +14,7 @@ GymServeError
 │   ├── ModelUnreachableError   its endpoint refused or dropped the connection         transport_unreachable
 │   ├── ModelTimeoutError       its endpoint did not answer in time                    transport_timeout
 │   └── ReplayMissError  the replay model has no recording of the conversation         replay_miss
+├── SessionLostError     the replica holding the rollout's session state went away      session_lost
 └── RolloutError         a rollout could not finish, with the kind it names            (its own)
 ```
 
@@ -42,6 +43,7 @@ __all__ = [
     "ModelUnreachableError",
     "ReplayMissError",
     "RolloutError",
+    "SessionLostError",
     "ToolError",
     "VerifierTimeoutError",
     "VerifyError",
@@ -209,6 +211,17 @@ class ReplayMissError(ModelError):
     """
 
     kind = FailureKind.REPLAY_MISS
+
+
+class SessionLostError(GymServeError):
+    """Raised when a call of a rollout reaches a replica that does not hold the rollout's session.
+
+    Environments that keep a rollout's state in replica memory (hosted NeMo Gym
+    servers) pin each rollout to the replica that seeded it; when that replica
+    went away, the rollout cannot go on, and a new attempt seeds a new session.
+    """
+
+    kind = FailureKind.SESSION_LOST
 
 
 class RolloutError(GymServeError):

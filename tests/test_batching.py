@@ -147,3 +147,23 @@ async def test_a_turn_is_split_into_one_request_per_replica() -> None:
     replicas = 8  # more replicas than calls: one call per request, no empty requests
     await asyncio.gather(*(batcher(i) for i in range(3)))
     assert sorted(map(len, sent)) == [1, 1, 1]
+
+
+async def test_calls_with_a_routing_key_travel_in_requests_of_their_own_key() -> None:
+    """A rollout pinned to a replica: its calls go in a request carrying its key, never mixed with another key's."""
+    sent: list[tuple[str | None, list[str]]] = []
+
+    async def send(items: list[str], key: str | None) -> list[str]:
+        sent.append((key, items))
+        return [f"{key}:{item}" for item in items]
+
+    def route(item: str) -> str | None:
+        return None if item.startswith("new") else item.split("-")[0]
+
+    batcher: MicroBatcher[str, str] = MicroBatcher(send, parts=lambda: 2, route=route)
+    items = ["a-1", "new-1", "b-1", "a-2", "new-2", "new-3", "b-2"]
+    results = await asyncio.gather(*(batcher(item) for item in items))
+    assert results == ["a:a-1", "None:new-1", "b:b-1", "a:a-2", "None:new-2", "None:new-3", "b:b-2"]
+    assert sorted(sent, key=str) == sorted(
+        [("a", ["a-1", "a-2"]), ("b", ["b-1", "b-2"]), (None, ["new-1", "new-3"]), (None, ["new-2"])], key=str
+    ), "one request per key; calls without a key split over the replicas"

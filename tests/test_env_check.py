@@ -34,7 +34,7 @@ def test_bad_rows_are_named_by_file_line_and_field(tmp_path: Path) -> None:
     lines = [json.dumps(row("ok", expected="1")), "{oops", json.dumps({"input": "x"}), json.dumps(row("no field"))]
     (tmp_path / "example.jsonl").write_text("\n".join(lines) + "\n")
     report = EnvReport("broken")
-    rows = _check_rows(broken_env(tmp_path), report)
+    rows = _check_rows(broken_env(tmp_path).data_dir() / "example.jsonl", Needs, report)
     assert [line for line, _ in rows] == [1]
     text = "\n".join(report.problems)
     assert "line 2" in text and "line 3, field `responses_create_params`: Field required" in text
@@ -50,7 +50,7 @@ def test_rows_need_a_right_and_a_wrong_recording(tmp_path: Path) -> None:
     ]
     (tmp_path / "example_rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recorded))
     report = EnvReport("broken")
-    rewards = _recorded_rewards(broken_env(tmp_path), report)
+    rewards = _recorded_rewards(broken_env(tmp_path).data_dir() / "example_rollouts.jsonl", report)
     assert not report.problems
     assert sorted(rewards.values(), key=str) == sorted([(1.0, 0.0), (1.0, None)], key=str)
 

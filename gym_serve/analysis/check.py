@@ -13,6 +13,14 @@
    included) is deployed twice, with the replay model playing the right answers
    (`error_rate: 0`) and the wrong ones (`error_rate: 1`). Each rollout must score
    the reward its recording says, and its verify call must finish within the budget.
+
+A hosted NeMo Gym server (`nemo_gym:<server>`) is checked the same way on its
+own `data/example.jsonl` and NeMo Gym's recordings of it, through
+`deployments/nemo_gym/<server>.yaml` where there is one. Its rows have no
+`Task` model (the server validates them), and NeMo Gym did not record a wrong
+answer for every prompt: a row's wrong answer is checked where one was recorded.
+The deploy-time check's warnings (a dependency's version differs from the
+server's pin) are reported as notes.
 """
 
 from __future__ import annotations
@@ -26,7 +34,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gym_serve.environment.core import Environment
+from gym_serve.environment import nemo_gym
+from gym_serve.environment.core import Environment, Task
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.environment.runner import EnvRunner
 from gym_serve.errors import InputError
@@ -36,9 +45,11 @@ from gym_serve.verifiers.non_answer import non_answers
 from gym_serve.wire.jsonl import read_jsonl, scan_jsonl
 from gym_serve.wire.responses import row_problems
 
-__all__ = ["EnvReport", "check_environment"]
+__all__ = ["EnvReport", "check_environment", "recorded_rollouts"]
 
 MIN_ROWS = 5
+HOSTED_VERIFY_BUDGET_S = 10.0
+"""The verify budget of a hosted NeMo Gym server (its verifiers were not written to ours)."""
 
 
 @dataclass
@@ -57,6 +68,7 @@ class EnvReport:
     name: str
     problems: list[str] = field(default_factory=list)
     rows: list[RowResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -69,6 +81,7 @@ class EnvReport:
             wrong = f"{_fmt(r.wrong)} ({_fmt(r.expected_wrong)})"
             verdict = "ok" if not r.problems else "FAIL: " + "; ".join(r.problems)
             lines.append(f"{r.line:>4}  {right:>11}  {wrong:>11}  {1000 * r.verify_s:>9.1f}  {verdict}")
+        lines += [f"note: {n}" for n in self.notes]
         lines += [f"problem: {p}" for p in self.problems]
         passed = sum(not r.problems for r in self.rows)
         lines.append(
@@ -90,28 +103,52 @@ def check_environment(
 
     `verify_budget_s` defaults to the environment's own `verify_budget_s`.
     """
-    cls = load_environment_class(name)
-    verify_budget_s = verify_budget_s if verify_budget_s is not None else cls.verify_budget_s
+    server = nemo_gym.server_name(name)
     report = EnvReport(name)
-    rows = _check_rows(cls, report)
-    expected = _recorded_rewards(cls, report)
+    if server is not None:
+        report.notes += nemo_gym.check_server(server)
+        data, task, budget = nemo_gym.data_dir(server), None, HOSTED_VERIFY_BUDGET_S
+    else:
+        cls = load_environment_class(name)
+        data, task, budget = cls.data_dir(), cls.Task, cls.verify_budget_s
+    verify_budget_s = verify_budget_s if verify_budget_s is not None else budget
+    rows = _check_rows(data / "example.jsonl", task, report)
+    expected = _recorded_rewards(data / "example_rollouts.jsonl", report)
     for line, row in rows:
         right, wrong = expected.get(_prompt_key(row), (None, None))
         result = RowResult(line, right, wrong)
         if right is None:
             result.problems.append("no recording for this row")
-        elif wrong is None:
+        elif wrong is None and server is None:
             result.problems.append("no recorded wrong answer (a lower reward) for this row")
         report.rows.append(result)
-    if rows:
+    if rows and server is None:  # a hosted server's verifier is NeMo Gym's, checked against its own recordings
         asyncio.run(_check_non_answers(cls, rows, report))
     if rows and not report.problems:
         asyncio.run(_through_serve(name, rows, report, verify_budget_s, rollout_timeout_s, address))
     return report
 
 
-def _check_rows(cls: type[Environment], report: EnvReport) -> list[tuple[int, dict[str, Any]]]:
-    path = cls.data_dir() / "example.jsonl"
+def recorded_rollouts(server: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """`(task row, recorded rollout)` for each of NeMo Gym's recordings of a server (`data/example_rollouts.jsonl`).
+
+    A recorded rollout row is the server's verify response: it keeps only the
+    fields the server's response model declares, so the task fields verify
+    needs are joined back from the `data/example.jsonl` row with the same
+    prompt. A recording whose prompt is in no example row is its own task row
+    (less `response` and `reward`): the fields it kept are all there is.
+    """
+    data = nemo_gym.data_dir(server)
+    examples = {_prompt_key(row): row for _, row in read_jsonl(data / "example.jsonl")}
+    pairs = []
+    for _, recorded in read_jsonl(data / "example_rollouts.jsonl"):
+        own = {k: v for k, v in recorded.items() if k not in ("response", "reward")}
+        pairs.append((examples.get(_prompt_key(recorded), own), recorded))
+    return pairs
+
+
+def _check_rows(path: Path, task: type[Task] | None, report: EnvReport) -> list[tuple[int, dict[str, Any]]]:
+    """The valid rows of `path`; `task` validates their task fields (None: a hosted server validates its own)."""
     if not path.is_file():
         report.problems.append(f"{path}: missing")
         return []
@@ -127,7 +164,8 @@ def _check_rows(cls: type[Environment], report: EnvReport) -> list[tuple[int, di
             report.problems.append(f"{path}, line {line}, field `{field}`: {problem}")
             continue
         try:
-            cls.Task.model_validate(row)
+            if task is not None:
+                task.model_validate(row)
         except ValidationError as e:
             err = e.errors()[0]
             report.problems.append(f"{path}, line {line}, field `{'.'.join(map(str, err['loc']))}`: {err['msg']}")
@@ -161,9 +199,8 @@ def _prompt_key(row: dict[str, Any]) -> str:
     return conversation_key(_prompt(_conversation(row["responses_create_params"])))
 
 
-def _recorded_rewards(cls: type[Environment], report: EnvReport) -> dict[str, tuple[float, float | None]]:
+def _recorded_rewards(path: Path, report: EnvReport) -> dict[str, tuple[float, float | None]]:
     """Prompt key → (best recorded reward, worst recorded reward below it, or None)."""
-    path = cls.data_dir() / "example_rollouts.jsonl"
     rewards: dict[str, list[float]] = defaultdict(list)
     try:
         for line, row in read_jsonl(path):
@@ -176,28 +213,39 @@ def _recorded_rewards(cls: type[Environment], report: EnvReport) -> dict[str, tu
     return {key: (max(r), min(r) if min(r) < max(r) else None) for key, r in rewards.items()}
 
 
-def config_path(name: str, cls: type[Environment]) -> Path | None:
-    """The environment's own Serve config: `deployments/<name>.yaml` if built in, else `<name>.yaml` in its package."""
-    for config in (
-        Path(str(resources.files("gym_serve.deployments") / f"{name}.yaml")),
-        cls.data_dir().parent / f"{name}.yaml",
-    ):
-        if config.is_file():
-            return config
-    return None
+def config_path(name: str) -> Path | None:
+    """The environment's own Serve config: `deployments/<name>.yaml` if built in, `deployments/nemo_gym/<server>.yaml`
+    for a hosted NeMo Gym server, else `<name>.yaml` in its installed package."""
+    deployments = resources.files("gym_serve.deployments")
+    server = nemo_gym.server_name(name)
+    if server is not None:
+        candidates = [Path(str(deployments / "nemo_gym" / f"{server}.yaml"))]
+    else:
+        candidates = [
+            Path(str(deployments / f"{name}.yaml")),
+            load_environment_class(name).data_dir().parent / f"{name}.yaml",
+        ]
+    return next((config for config in candidates if config.is_file()), None)
 
 
 def _specs(name: str, config: Path | None) -> tuple[list[AppSpec], str]:
     """The environment's own Serve config (helper apps included), or a plain one, and the env app's name."""
+    server = nemo_gym.server_name(name)
     if config is not None:
         specs = load_serve_config(config)
-        env_apps = [
-            s for s in specs if s.import_path == BUILDER and (s.args.get("environment") or {}).get("name") == name
-        ]
+        env_apps = [s for s in specs if s.import_path == BUILDER and _environment_of(s) == name]
         if len(env_apps) == 1:
             return specs, env_apps[0].name
-    spec = AppSpec(name=name, import_path=BUILDER, args={"environment": {"name": name}})
-    return [spec], name
+    environment = {"kind": "nemo_gym", "server": server} if server is not None else {"name": name}
+    app = server or name
+    return [AppSpec(name=app, import_path=BUILDER, args={"environment": environment})], app
+
+
+def _environment_of(spec: AppSpec) -> str | None:
+    environment = spec.args.get("environment") or {}
+    if environment.get("kind") == "nemo_gym":
+        return nemo_gym.hosted_name(str(environment.get("server")))
+    return environment.get("name")
 
 
 def _variant(spec: AppSpec, suffix: str, error_rate: float) -> AppSpec:
@@ -218,7 +266,7 @@ async def _through_serve(
 
     from gym_serve.serving import deploy as serving
 
-    config = config_path(name, load_environment_class(name))
+    config = config_path(name)
     specs, env_app = _specs(name, config)
     helpers = [s.model_copy(update={"route_prefix": None}) for s in specs if s.name != env_app]
     env_spec = next(s for s in specs if s.name == env_app)

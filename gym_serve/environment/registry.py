@@ -19,6 +19,7 @@ import pkgutil
 from importlib.metadata import EntryPoint, entry_points
 
 from gym_serve.environment.core import Environment
+from gym_serve.environment.nemo_gym.catalog import PREFIX as NEMO_GYM_PREFIX
 from gym_serve.errors import EnvError
 
 __all__ = ["ENTRY_POINT_GROUP", "available_environments", "installed_environments", "load_environment_class"]
@@ -46,6 +47,8 @@ def _builtin() -> list[str]:
 
 def load_environment_class(name: str) -> type[Environment]:
     """The `Environment` subclass registered as `name` (or at import path `module:Class`)."""
+    if name.startswith(NEMO_GYM_PREFIX):
+        raise EnvError(f"`{name}` is a hosted NeMo Gym server, not a gym-serve Environment class")
     if ":" in name:
         module_name, _, attr = name.partition(":")
         try:

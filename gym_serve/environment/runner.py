@@ -44,6 +44,9 @@ class EnvInfo(BaseModel):
     """The environment answers the model's plain messages (games, simulated users)."""
     execute_tool_calls: bool = True
     """False: the model's function calls are its answer, judged and never run."""
+    replica_sessions: bool = False
+    """The environment keeps each rollout's state in the memory of the replica that seeded it (a hosted NeMo Gym
+    server): every later call of the rollout must reach that replica."""
 
 
 class EnvRunner:

@@ -22,6 +22,12 @@ With `parts`, each turn's calls are split into that many requests (one per
 replica of the target: `gym_serve.serving.replica_count`), so that Serve's router
 spreads a turn's work over the replicas instead of giving it all to one.
 
+With `route`, calls that must reach a particular replica (a rollout's session,
+`gym_serve.serving.routing`) say so: `route(item)` is the call's routing key,
+each turn's calls are grouped by key, and each group is sent as
+`send(items, key)`, so the request carries its calls' key (calls without a key
+are split by `parts` and sent with the key None).
+
 When every caller of a batch has given up (cancelled: a client went away, a
 deadline passed), the batch's request is cancelled too, so the replica stops
 the work (`stream_batch` cancels its calls, which cancels their own handle
@@ -45,7 +51,7 @@ R = TypeVar("R")
 class MicroBatcher(Generic[T, R]):
     """`await batcher(item)` → the item's result, sent to `send` together with the items of the same moment.
 
-    `send(items)` returns either an awaitable of one result per item, in order,
+    `send(items)` (`send(items, key)` with `route`) returns either an awaitable of one result per item, in order,
     or an async iterator of lists of `(index, result)` pairs as results become
     ready (a streaming call: a slow item then holds up no other). A result that is
     an exception is raised to that item's caller.
@@ -53,16 +59,18 @@ class MicroBatcher(Generic[T, R]):
 
     def __init__(
         self,
-        send: Callable[[list[T]], Any],
+        send: Callable[..., Any],
         *,
         max_size: int = 64,
         max_wait_s: float = 0.01,
         parts: Callable[[], int] | None = None,
+        route: Callable[[T], str | None] | None = None,
     ) -> None:
         self._send = send
         self._max_size = max_size
         self._max_wait_s = max_wait_s
         self._parts = parts
+        self._route = route
         self._outstanding = 0  # requests sent and not yet fully answered
         self.latency_s = 0.0  # moving average of a call's time from send to result
         self._items: list[T] = []
@@ -89,25 +97,31 @@ class MicroBatcher(Generic[T, R]):
             self._timer = None
         items, futures = self._items, self._futures
         self._items, self._futures = [], []
-        parts = min(self._parts(), len(items)) if self._parts and items else 1
-        for part in range(parts):  # calls part, part + parts, ...: each request gets a share
-            self._start(items[part::parts], futures[part::parts])
+        groups: dict[str | None, tuple[list[T], list[asyncio.Future[R]]]] = {}
+        for item, future in zip(items, futures, strict=True):
+            group = groups.setdefault(self._route(item) if self._route else None, ([], []))
+            group[0].append(item)
+            group[1].append(future)
+        for key, (keyed_items, keyed_futures) in groups.items():
+            parts = min(self._parts(), len(keyed_items)) if self._parts and key is None else 1
+            for part in range(parts):  # calls part, part + parts, ...: each request gets a share
+                self._start(keyed_items[part::parts], keyed_futures[part::parts], key)
 
-    def _start(self, items: list[T], futures: list[asyncio.Future[R]]) -> None:
+    def _start(self, items: list[T], futures: list[asyncio.Future[R]], key: str | None = None) -> None:
         if items:
-            task = asyncio.get_running_loop().create_task(self._deliver(items, futures))
+            task = asyncio.get_running_loop().create_task(self._deliver(items, futures, key))
             self._sending.add(task)  # keep a reference until it is done
             task.add_done_callback(self._sending.discard)
             abandon = functools.partial(_abandon_if_unwanted, task, futures)
             for future in futures:
                 future.add_done_callback(abandon)
 
-    async def _deliver(self, items: list[T], futures: list[asyncio.Future[R]]) -> None:
+    async def _deliver(self, items: list[T], futures: list[asyncio.Future[R]], key: str | None) -> None:
         reply = None
         self._outstanding += 1
         started = time.perf_counter()
         try:
-            reply = self._send(items)
+            reply = self._send(items, key) if self._route else self._send(items)
             if hasattr(reply, "__aiter__"):
                 async for chunk in reply:
                     self._observe(time.perf_counter() - started)

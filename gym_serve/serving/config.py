@@ -29,8 +29,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    Tag,
+    ValidationError,
+    field_validator,
+)
 
+from gym_serve.environment import nemo_gym
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.errors import ConfigError, EnvError
 from gym_serve.rollout.loop import AgentConfig
@@ -48,6 +59,7 @@ __all__ = [
     "ModelArgs",
     "ModelRefArgs",
     "HTTPModelArgs",
+    "NemoGymEnvironmentArgs",
     "OpenAIModelArgs",
     "ReplayModelArgs",
     "SyntheticModelArgs",
@@ -101,6 +113,7 @@ class DeploymentOptions(BaseModel):
 class EnvironmentArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    kind: Literal["gym_serve"] = "gym_serve"
     name: str = Field(description="An environment under `envs/`, or an import path `module:Class`.")
     config: dict[str, Any] = Field(default_factory=dict, description="The environment's own options.")
     verify_timeout_s: float | None = Field(
@@ -110,6 +123,53 @@ class EnvironmentArgs(BaseModel):
         "one that overruns it is a `verifier_timeout` failure, never reward 0.",
     )
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+
+
+class NemoGymEnvironmentArgs(BaseModel):
+    """A NeMo Gym resources server, unchanged, hosted in each Environment replica (`gym_serve.environment.nemo_gym`).
+
+    A rollout's calls are routed to the replica that seeded it, which holds its
+    session (`gym_serve.serving.routing`).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["nemo_gym"]
+    server: str = Field(description="A server shipped in nemo-gym: the folder `resources_servers/<server>`.")
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="The server's own config fields, over those its `configs/*.yaml` ships."
+    )
+    endpoints: dict[str, str] = Field(
+        default_factory=dict,
+        description="NeMo Gym server names the server calls (an LLM judge's model server) → `http://HOST:PORT`.",
+    )
+    verify_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Deadline of one verify (NeMo Gym's judge calls retry a refused connection "
+        "forever); past it the rollout fails with `verifier_error`.",
+    )
+    session_idle_s: float = Field(
+        default=1800.0, gt=0, description="A session no call touched for this long is ended (an abandoned rollout)."
+    )
+    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+
+    @property
+    def name(self) -> str:
+        """The environment's name: `nemo_gym:<server>`."""
+        return nemo_gym.hosted_name(self.server)
+
+
+def _environment_kind(value: Any) -> str:
+    kind = value.get("kind", "gym_serve") if isinstance(value, dict) else getattr(value, "kind", "gym_serve")
+    return str(kind)
+
+
+EnvironmentSpec = Annotated[
+    Annotated[EnvironmentArgs, Tag("gym_serve")] | Annotated[NemoGymEnvironmentArgs, Tag("nemo_gym")],
+    Discriminator(_environment_kind),
+]
+"""`environment:` in an application's args: one of gym-serve's environments, or a hosted NeMo Gym server."""
 
 
 class AgentArgs(AgentConfig):
@@ -273,7 +333,7 @@ class AppArgs(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    environment: EnvironmentArgs | None = None
+    environment: EnvironmentSpec | None = None
     agent: AgentArgs = Field(default_factory=AgentArgs)
     model: ModelArgs = Field(default_factory=ReplayModelArgs)
 
@@ -330,11 +390,15 @@ def validate_app_args(args: dict[str, Any], *, source: str, app: str) -> AppArgs
         err = e.errors()[0]
         key = ".".join(str(part) for part in err["loc"])
         raise ConfigError(err["msg"], source=source, key=f"applications[{app}].args.{key}") from e
-    if parsed.environment is not None:
-        try:
-            load_environment_class(parsed.environment.name)
-        except EnvError as e:
-            raise ConfigError(str(e), source=source, key=f"applications[{app}].args.environment.name") from e
+    environment = parsed.environment
+    try:
+        if isinstance(environment, NemoGymEnvironmentArgs):
+            nemo_gym.check_server(environment.server)
+        elif environment is not None:
+            load_environment_class(environment.name)
+    except EnvError as e:
+        field = "server" if isinstance(environment, NemoGymEnvironmentArgs) else "name"
+        raise ConfigError(str(e), source=source, key=f"applications[{app}].args.environment.{field}") from e
     return parsed
 
 

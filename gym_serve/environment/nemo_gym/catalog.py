@@ -1,0 +1,278 @@
+"""The NeMo Gym resources servers installed here, found by reading files: no NeMo Gym import.
+
+NeMo Gym ships its servers inside its wheel as the top-level namespace package
+`resources_servers` (`resources_servers/<server>/app.py`, `configs/*.yaml`,
+`data/example.jsonl`, `data/example_rollouts.jsonl`, `requirements.txt`).
+Importing `nemo_gym` changes the importing process (it reorders `sys.path`,
+replaces `print`, sets Hugging Face cache variables), so everything that runs
+outside an Environment replica — config validation, the CLI, `env test` — uses
+this module, which only locates and reads files. `check_server` is the
+deploy-time check: an unknown server name (with near matches), NeMo Gym not
+installed, an `openai` other than the one NeMo Gym pins, or a module the
+server imports that is not installed (named with the package to install).
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib.metadata
+import importlib.util
+import re
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from gym_serve.errors import EnvError
+
+__all__ = [
+    "INSTALL",
+    "PREFIX",
+    "available_servers",
+    "check_server",
+    "data_dir",
+    "entrypoint",
+    "hosted_name",
+    "server_class_name",
+    "server_config_defaults",
+    "server_dir",
+    "server_name",
+]
+
+PREFIX = "nemo_gym:"
+"""Environment names of hosted servers: `nemo_gym:<server>`."""
+
+INSTALL = (
+    "pip install -e '.[nemo-gym]' && pip install --no-deps --ignore-requires-python nemo-gym==0.7.0"
+    " (NeMo Gym declares Python >= 3.13.14; its code runs on 3.11, and gym-serve's `nemo-gym` extra"
+    " holds the dependencies it needs)"
+)
+
+_NEMO_GYM_TOP_LEVEL = {"nemo_gym", "resources_servers", "responses_api_agents", "responses_api_models"}
+
+
+def hosted_name(server: str) -> str:
+    """The environment name of a hosted server.
+
+    >>> hosted_name("mcqa")
+    'nemo_gym:mcqa'
+    """
+    return PREFIX + server
+
+
+def server_name(environment: str) -> str | None:
+    """The server an environment name hosts, or None for gym-serve's own environments.
+
+    >>> server_name("nemo_gym:mcqa"), server_name("math")
+    ('mcqa', None)
+    """
+    return environment[len(PREFIX) :] if environment.startswith(PREFIX) else None
+
+
+def servers_root() -> Path:
+    """The installed `resources_servers` folder (a namespace package: locating it runs no code)."""
+    spec = importlib.util.find_spec("resources_servers")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise EnvError(f"NeMo Gym is not installed, so no NeMo Gym server can be hosted; install it: {INSTALL}")
+    return Path(locations[0])
+
+
+def available_servers() -> list[str]:
+    """The names of the installed servers (folders with a server entrypoint)."""
+    try:
+        root = servers_root()
+    except EnvError:
+        return []
+    return sorted(d.name for d in root.iterdir() if d.is_dir() and (d / _entrypoint_name(d)).is_file())
+
+
+def server_dir(server: str) -> Path:
+    """The folder of an installed server; an unknown name gets the nearest known ones."""
+    root = servers_root()
+    path = root / server
+    if "/" not in server and server and (path / _entrypoint_name(path)).is_file():
+        return path
+    known = available_servers()
+    close = difflib.get_close_matches(server, known, n=3, cutoff=0.5)
+    hint = (
+        f"did you mean {', '.join(f'`{c}`' for c in close)}?"
+        if close
+        else f"{len(known)} servers are installed in {root}"
+    )
+    raise EnvError(f"unknown NeMo Gym server `{server}`: {hint}")
+
+
+def data_dir(server: str) -> Path:
+    """The server's `data/` folder: `example.jsonl` (tasks) and `example_rollouts.jsonl` (NeMo Gym's recordings)."""
+    return server_dir(server) / "data"
+
+
+def entrypoint(server: str) -> Path:
+    """The server's module file (`app.py` unless its config names another)."""
+    path = server_dir(server)
+    return path / _entrypoint_name(path)
+
+
+def server_class_name(server: str) -> str:
+    """The server's class: the one its entrypoint runs (`if __name__ == "__main__": X.run_webserver()`)."""
+    path = entrypoint(server)
+    found = re.findall(r"^\s+(\w+)\.run_webserver\(\)", path.read_text(), flags=re.MULTILINE)
+    if len(found) != 1:
+        raise EnvError(f"{path}: cannot tell which class is the server (expected one `X.run_webserver()`)")
+    return found[0]
+
+
+def server_config_defaults(server: str) -> dict[str, Any]:
+    """The server's own config block as NeMo Gym ships it (`configs/*.yaml`, `resources_servers: {<server>: ...}`).
+
+    `configs/<server>.yaml` is preferred; otherwise the first file, by name, that configures the server.
+    """
+    return dict(_config_block(server_dir(server)))
+
+
+def check_server(server: str) -> list[str]:
+    """The deploy-time check of a hosted server: raises `EnvError` if it cannot run here; returns warnings.
+
+    Errors: unknown server, NeMo Gym not installed, an `openai` other than NeMo
+    Gym's pin (its response types then differ and every verify is rejected),
+    a module the server imports at load time that is not installed. Warnings:
+    a requirement that is not installed but not imported at load time either
+    (some servers import lazily, others list what only their data scripts use),
+    an installed package whose version differs from the server's pin.
+    """
+    path = server_dir(server)
+    _check_openai()
+    requirements = _requirements(path)
+    missing = _missing_modules(path)
+    if missing:
+        wanted = [_package_for(module, requirements) for module in missing]
+        raise EnvError(
+            f"NeMo Gym server `{server}` imports what is not installed here: {'; '.join(wanted)}. "
+            f"Its requirements: {path / 'requirements.txt'}"
+        )
+    warnings = []
+    for line, requirement in requirements:
+        pinned = [s.version for s in requirement.specifier if s.operator == "=="]
+        installed = _installed_version(requirement.name)
+        if installed is None:
+            warnings.append(f"`{server}` requires {line}, which is not installed (not imported when it loads)")
+        elif pinned and installed not in pinned:
+            warnings.append(f"`{server}` pins {line}; {installed} is installed")
+    return warnings
+
+
+def _entrypoint_name(path: Path) -> str:
+    return str(_config_block(path).get("entrypoint") or "app.py")
+
+
+@cache
+def _config_block(path: Path) -> dict[str, Any]:
+    configs = path / "configs"
+    files = sorted(configs.glob("*.yaml")) if configs.is_dir() else []
+    preferred = configs / f"{path.name}.yaml"
+    for file in ([preferred] if preferred in files else []) + files:
+        try:
+            raw = yaml.safe_load(file.read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        for entry in (raw or {}).values() if isinstance(raw, dict) else ():
+            block = entry.get("resources_servers") if isinstance(entry, dict) else None
+            if isinstance(block, dict) and isinstance(block.get(path.name), dict):
+                return block[path.name]
+    return {}
+
+
+def _check_openai() -> None:
+    try:
+        requires = importlib.metadata.requires("nemo-gym") or []
+    except importlib.metadata.PackageNotFoundError as e:
+        raise EnvError(f"NeMo Gym is not installed; install it: {INSTALL}") from e
+    for line in requires:
+        requirement = Requirement(line)
+        if requirement.name == "openai" and not requirement.marker:
+            installed = _installed_version("openai")
+            if installed is None or not requirement.specifier.contains(installed, prereleases=True):
+                raise EnvError(
+                    f"NeMo Gym needs `{requirement}` (installed: {installed or 'none'}): its request and response "
+                    f"types subclass openai's, and under another version every verify call is rejected (422). "
+                    f"Install gym-serve's `nemo-gym` extra: {INSTALL}"
+                )
+
+
+def _requirements(path: Path) -> list[tuple[str, Requirement]]:
+    """`(line, requirement)` of the server's `requirements.txt`, NeMo Gym itself left out; URLs named by project."""
+    file = path / "requirements.txt"
+    lines = file.read_text().splitlines() if file.is_file() else []
+    out = []
+    for raw in lines:
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith("-") or line.startswith("nemo-gym"):
+            continue
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:  # a bare URL: git+https://host/org/<project>.git, or a wheel's URL
+            segment = line.rstrip("/").rsplit("/", 1)[-1]
+            project = segment.split("-", 1)[0] if segment.endswith(".whl") else segment.removesuffix(".git")
+            requirement = Requirement(canonicalize_name(project))
+        out.append((line, requirement))
+    return out
+
+
+def _installed_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _missing_modules(path: Path) -> list[str]:
+    """Top-level modules the server's own files import at load time that cannot be found here."""
+    local = {p.stem for p in path.iterdir() if p.suffix == ".py" or (p.is_dir() and not p.name.startswith("."))}
+    seen: set[str] = set()
+    missing: list[str] = []
+    pending = [path / _entrypoint_name(path)]
+    scanned: set[Path] = set()
+    while pending:
+        file = pending.pop()
+        if file in scanned or not file.is_file():
+            continue
+        scanned.add(file)
+        for module in _load_time_imports(file):
+            if module in local:  # a sibling module, imported by its bare name or as resources_servers.<server>.x
+                pending.append(path / f"{module}.py")
+                continue
+            if module in seen or module in sys.stdlib_module_names or module in _NEMO_GYM_TOP_LEVEL:
+                continue
+            seen.add(module)
+            if importlib.util.find_spec(module) is None:
+                missing.append(module)
+    return missing
+
+
+def _load_time_imports(file: Path) -> list[str]:
+    """Modules imported by `file`'s module-level statements, outside `try` (optional imports) and `if` blocks."""
+    tree = ast.parse(file.read_text(), filename=str(file))
+    modules = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            modules += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            module = node.module
+            prefix = f"resources_servers.{file.parent.name}."
+            modules.append(module[len(prefix) :] if module.startswith(prefix) else module)
+    return [m.split(".")[0] for m in modules]
+
+
+def _package_for(module: str, requirements: list[tuple[str, Requirement]]) -> str:
+    """`module` with the requirement that provides it, where the server's `requirements.txt` names one."""
+    for line, requirement in requirements:
+        if canonicalize_name(requirement.name) == canonicalize_name(module):
+            return f"module `{module}`: install `{line}`"
+    listed = ", ".join(line for line, _ in requirements) or "nothing"
+    return f"module `{module}` (the server's requirements.txt lists: {listed})"
