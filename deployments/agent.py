@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 from collections.abc import AsyncIterator, Callable
@@ -14,6 +15,7 @@ from starlette.responses import JSONResponse
 
 from gym_serve.environment.runner import EnvInfo
 from gym_serve.rollout.loop import AgentConfig, run_episode
+from gym_serve.serving.affinity import session_bucket
 from gym_serve.serving.autoscaling import Load
 from gym_serve.serving.batching import MicroBatcher, stream_batch
 from gym_serve.serving.replica_count import replica_counts
@@ -26,17 +28,44 @@ def _replicas_of(handle: DeploymentHandle) -> Callable[[], int]:
     return functools.partial(replica_counts.of, handle.app_name, handle.deployment_name)
 
 
-class _HandleModel:
-    """The Model tier through its handle, calls micro-batched: every Model deployment offers `responses_batch`."""
+ModelCall = tuple[dict[str, Any], str | None]
 
-    def __init__(self, handle: DeploymentHandle) -> None:
-        batch = handle.options(stream=True).responses_batch
-        self._batched: MicroBatcher[tuple[dict[str, Any], str | None], dict[str, Any]] = MicroBatcher(
-            lambda calls: batch.remote(calls), parts=_replicas_of(handle)
-        )
+
+class _HandleModel:
+    """The Model tier through its handle, calls micro-batched: every Model deployment offers `responses_batch`.
+
+    A tier that asks for session affinity (`affinity_buckets`, asked once) gets
+    each turn's calls split by session bucket, each part sent with its bucket as
+    the Serve session id, so that a rollout's calls all reach one replica
+    (`gym_serve.serving.affinity`); any other tier gets one part per replica.
+    """
+
+    def __init__(self, handle: DeploymentHandle, affinity: bool) -> None:
+        self._handle = handle
+        self._affinity = affinity
+        self._batcher: asyncio.Future[MicroBatcher[ModelCall, dict[str, Any]]] | None = None
 
     async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
-        return await self._batched((request, session))
+        if self._batcher is None or (self._batcher.done() and self._batcher.exception() is not None):
+            self._batcher = asyncio.ensure_future(self._make_batcher())  # asked again if asking failed
+        batched = await asyncio.shield(self._batcher)
+        return await batched((request, session))
+
+    async def _make_batcher(self) -> MicroBatcher[ModelCall, dict[str, Any]]:
+        batch = self._handle.options(stream=True).responses_batch
+        buckets = await self._handle.affinity_buckets.remote() if self._affinity else None
+        if not buckets:
+            return MicroBatcher(lambda calls: batch.remote(calls), parts=_replicas_of(self._handle))
+        routed = [self._handle.options(stream=True, session_id=f"bucket-{b}").responses_batch for b in range(buckets)]
+
+        def bucket_of(call: ModelCall) -> int | None:
+            return None if call[1] is None else session_bucket(call[1], buckets)
+
+        def send(calls: list[ModelCall]) -> Any:
+            bucket = bucket_of(calls[0])  # every call of a part has the same bucket
+            return (batch if bucket is None else routed[bucket]).remote(calls)
+
+        return MicroBatcher(send, group=bucket_of)
 
 
 class _HandleEnv:
@@ -79,7 +108,8 @@ class AgentDeployment:
     ) -> None:
         if model is None:
             model = serve.get_deployment_handle("Model", app_name=model_app)
-        self.model = _HandleModel(model)
+        self.model = _HandleModel(model, config.model_affinity)
+        self._policy_app = model.app_name
         self.env = _HandleEnv(environment)
         self.config = config
         self._env_info: EnvInfo | None = None
@@ -109,6 +139,10 @@ class AgentDeployment:
         if not isinstance(row, dict) or "responses_create_params" not in row:
             return JSONResponse({"error": "body must be a row with `responses_create_params`"}, status_code=400)
         return JSONResponse(await self.run(row))
+
+    def policy_app(self) -> str:
+        """The application whose Model tier this agent calls: where its policy's versions are kept."""
+        return self._policy_app
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         return self.load.stats()

@@ -9,6 +9,10 @@ GymServeError
 ├── VerifyError          an environment's verify raised or returned nothing usable    verifier_error
 │   └── JudgeError       a judge model gave no usable verdict                          judge_failed
 ├── ModelError           the model tier failed to answer                               model_error
+├── StalePolicy          a rollout's oldest token is further behind the policy than allowed   stale_policy
+├── WeightsError         a weight update was refused; no replica changed its weights
+│   ├── InvalidWeights   the new weights do not fit the served model (names, shapes, values)
+│   └── VersionNotNewer  the new version is not above the current one
 └── RolloutError         a rollout could not finish, with the kind it names            (its own)
 ```
 
@@ -30,11 +34,15 @@ __all__ = [
     "FailureKind",
     "GymServeError",
     "InputError",
+    "InvalidWeights",
     "JudgeError",
     "ModelError",
     "RolloutError",
+    "StalePolicy",
     "ToolError",
     "VerifyError",
+    "VersionNotNewer",
+    "WeightsError",
     "failure_kind",
 ]
 
@@ -78,6 +86,8 @@ class FailureKind(StrEnum):
     """The environment's seed or user turn raised."""
     TOOL_ERROR = "tool_error"
     """Running a turn's tool calls broke outside the model's view (not a tool's own error, which the model sees)."""
+    STALE_POLICY = "stale_policy"
+    """The rollout's oldest token came from a policy version more than `max_policy_lag` behind the current one."""
 
 
 class GymServeError(Exception):
@@ -159,6 +169,24 @@ class ModelError(GymServeError):
     """Raised when the model tier fails to produce a response."""
 
     kind = FailureKind.MODEL_ERROR
+
+
+class StalePolicy(GymServeError):
+    """Raised when a rollout sampled by an older policy than the caller's `max_policy_lag` allows (it is re-run)."""
+
+    kind = FailureKind.STALE_POLICY
+
+
+class WeightsError(GymServeError):
+    """Raised when a weight update is refused; every replica keeps the version it served."""
+
+
+class InvalidWeights(WeightsError):
+    """Raised when new weights do not fit the served model: unknown or missing tensors, wrong shapes, NaN or inf."""
+
+
+class VersionNotNewer(WeightsError):
+    """Raised when an update's version is not above the policy's current version (versions only increase)."""
 
 
 class RolloutError(GymServeError):

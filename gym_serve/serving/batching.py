@@ -20,7 +20,10 @@ never more than `max_wait_s`. Batching thus adds at most 5 % to a call's latency
 
 With `parts`, each turn's calls are split into that many requests (one per
 replica of the target: `gym_serve.serving.replica_count`), so that Serve's router
-spreads a turn's work over the replicas instead of giving it all to one.
+spreads a turn's work over the replicas instead of giving it all to one. With
+`group`, they are split by a key of each call instead (a session bucket, so
+that a rollout's calls always travel under the same routing key:
+`gym_serve.serving.affinity`).
 
 When every caller of a batch has given up (cancelled: a client went away, a
 deadline passed), the batch's request is cancelled too, so the replica stops
@@ -33,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 __all__ = ["BatchedResponses", "MicroBatcher", "agent_batcher", "stream_batch"]
@@ -58,11 +61,13 @@ class MicroBatcher(Generic[T, R]):
         max_size: int = 64,
         max_wait_s: float = 0.01,
         parts: Callable[[], int] | None = None,
+        group: Callable[[T], Hashable] | None = None,
     ) -> None:
         self._send = send
         self._max_size = max_size
         self._max_wait_s = max_wait_s
         self._parts = parts
+        self._group = group
         self._outstanding = 0  # requests sent and not yet fully answered
         self.latency_s = 0.0  # moving average of a call's time from send to result
         self._items: list[T] = []
@@ -89,6 +94,15 @@ class MicroBatcher(Generic[T, R]):
             self._timer = None
         items, futures = self._items, self._futures
         self._items, self._futures = [], []
+        if self._group is not None:  # one request per key: all calls of a key go the same way
+            groups: dict[Hashable, tuple[list[T], list[asyncio.Future[R]]]] = {}
+            for item, future in zip(items, futures, strict=True):
+                members = groups.setdefault(self._group(item), ([], []))
+                members[0].append(item)
+                members[1].append(future)
+            for group_items, group_futures in groups.values():
+                self._start(group_items, group_futures)
+            return
         parts = min(self._parts(), len(items)) if self._parts and items else 1
         for part in range(parts):  # calls part, part + parts, ...: each request gets a share
             self._start(items[part::parts], futures[part::parts])
@@ -200,6 +214,14 @@ class BatchedResponses:
     """
 
     responses: Callable[[dict[str, Any], str | None], Awaitable[dict[str, Any]]]
+
+    async def affinity_buckets(self) -> int | None:
+        """Session buckets a caller splits its batches into for session affinity; None: this tier wants none.
+
+        A tier that benefits from seeing all calls of a rollout (a prefix cache) returns
+        the number of buckets and routes with `gym_serve.serving.affinity.SessionAffinityRouter`.
+        """
+        return None
 
     async def responses_batch(
         self, calls: list[tuple[dict[str, Any], str | None]]

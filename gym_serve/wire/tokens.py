@@ -7,6 +7,11 @@ and sampled, so across the calls of one rollout the running sequence
 `prompt + generation` of a call must be a prefix of the next call's prompt —
 the check NeMo RL makes ("Non-contiguous messages found!"). A model tier that
 re-renders and re-tokenizes history breaks it; ours extends the sequence.
+
+A model tier whose weights change (the vLLM tier) also says which policy
+version sampled the tokens: `policy_version` (an integer that only increases)
+and `policy_version_spans`, `[[version, start, end], ...]` over the generated
+tokens, of which there is more than one when an update landed during the call.
 """
 
 from __future__ import annotations
@@ -15,9 +20,21 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["TOKEN_FIELDS", "ContiguityReport", "check_contiguity", "token_calls"]
+__all__ = [
+    "POLICY_VERSION",
+    "POLICY_VERSION_SPANS",
+    "TOKEN_FIELDS",
+    "ContiguityReport",
+    "check_contiguity",
+    "policy_version_range",
+    "token_calls",
+]
 
 TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+POLICY_VERSION = "policy_version"
+"""On a token bundle: the policy version that sampled the call's first token (its oldest)."""
+POLICY_VERSION_SPANS = "policy_version_spans"
+"""On a token bundle: `[[version, start, end], ...]`: generated tokens `start` to `end - 1` came from `version`."""
 
 
 class ContiguityReport(BaseModel):
@@ -71,3 +88,21 @@ def check_contiguity(rollout: dict[str, Any]) -> ContiguityReport:
         ok=not problems and bool(calls),
         problems=problems or ([] if calls else ["no model call carries token ids"]),
     )
+
+
+def policy_version_range(items: list[dict[str, Any]]) -> tuple[int, int] | None:
+    """The oldest and the newest policy version that sampled a token of these model calls; None if none says.
+
+    >>> first = {"generation_token_ids": [7, 8], POLICY_VERSION: 3, POLICY_VERSION_SPANS: [[3, 0, 2]]}
+    >>> second = {"generation_token_ids": [9, 9, 9], POLICY_VERSION: 3, POLICY_VERSION_SPANS: [[3, 0, 1], [4, 1, 3]]}
+    >>> policy_version_range([first, {"type": "function_call_output"}, second])
+    (3, 4)
+    >>> policy_version_range([{"generation_token_ids": [1]}]) is None
+    True
+    """
+    versions: list[int] = []
+    for call in token_calls(items):
+        if POLICY_VERSION in call:
+            spans = call.get(POLICY_VERSION_SPANS) or []
+            versions.extend([int(span[0]) for span in spans] or [int(call[POLICY_VERSION])])
+    return (min(versions), max(versions)) if versions else None
