@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any
 
 import pytest
@@ -147,3 +148,35 @@ async def test_a_turn_is_split_into_one_request_per_replica() -> None:
     replicas = 8  # more replicas than calls: one call per request, no empty requests
     await asyncio.gather(*(batcher(i) for i in range(3)))
     assert sorted(map(len, sent)) == [1, 1, 1]
+
+
+async def test_a_turn_is_split_by_group_so_each_key_travels_in_one_request() -> None:
+    sent: list[list[str]] = []
+
+    async def send(items: list[str]) -> list[str]:
+        sent.append(items)
+        return [item.upper() for item in items]
+
+    batcher = MicroBatcher(send, parts=lambda: 8, group=lambda item: item[0])  # the group wins over parts
+    calls = ["a1", "b1", "a2", "c1", "b2", "a3"]
+    assert await asyncio.gather(*(batcher(c) for c in calls)) == [c.upper() for c in calls]
+    assert sorted(sent) == [["a1", "a2", "a3"], ["b1", "b2"], ["c1"]]
+
+
+async def test_each_request_of_a_turn_is_sent_from_a_fresh_context() -> None:
+    """In a Serve replica a handle call takes its request id from the context it is made in (see `_start`)."""
+    caller_request: contextvars.ContextVar[str] = contextvars.ContextVar("caller_request", default="")
+    seen: list[str] = []
+
+    async def send(items: list[int]) -> list[int]:
+        seen.append(caller_request.get())
+        return items
+
+    batcher = MicroBatcher(send, parts=lambda: 3)
+
+    async def call(i: int) -> int:
+        caller_request.set(f"request-{i}")
+        return await batcher(i)
+
+    assert await asyncio.gather(*(call(i) for i in range(3))) == [0, 1, 2]
+    assert seen == ["", "", ""]

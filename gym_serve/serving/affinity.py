@@ -10,28 +10,31 @@ Model calls travel in micro-batches (`gym_serve.serving.batching`), and Serve
 routes a batch, not a call. So the caller splits each turn's calls by *session
 bucket* (`session_bucket`: a stable hash of the rollout's session id, modulo a
 fixed number of buckets) and sends each part with its bucket as the Serve
-`session_id`. `SessionAffinityRouter`, the Model deployment's request router,
-ranks the replicas by rendezvous hashing of that id: the same bucket always
-goes to the same replica while it runs, a replica that comes or goes moves only
-its own buckets, and every caller process agrees without sharing state. A full
-primary (at `max_ongoing_requests`) overflows to the next replica in the
-ranking, so affinity never stalls a call. Requests without a session id are
-routed as Serve's default router routes them (the shorter queue of two random
-replicas).
+`session_id`.
+`SessionAffinityRouter`, the Model deployment's request router, is Serve's
+consistent-hash router (`ray.serve.experimental.consistent_hash_router`): the
+same bucket always goes to the same replica while it runs, a replica that comes
+or goes moves only its own share of the buckets, every caller process agrees
+without shared state, and a full primary (at `max_ongoing_requests`) overflows
+to the next replica of the ring, so affinity never stalls a call. One change:
+a request without a session id is routed as Serve's default router routes it
+(the shorter queue of two random replicas) instead of by a hash of its random
+request id, so the tier's unbucketed calls (the ingress's `/v1/responses`, a
+trainer's probes) keep their load balancing.
 
-Rendezvous hashing rather than Serve's experimental `ConsistentHashRouter`:
-that router hashes requests without a session id at random, ignoring load,
-and a deployment has one router, so the vLLM tier's unbucketed calls (the
-ingress's `/v1/responses`, a trainer's probes) would lose load balancing.
+This router matches a chosen replica to its request by Serve's internal request
+id, which a handle call made inside a replica inherits from the request it
+serves: `MicroBatcher` sends each batch from a fresh context so that the
+requests of one flush do not share one id.
 """
 
 from __future__ import annotations
 
-import hashlib
 import random
 import zlib
 
-from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
+from ray.serve.experimental.consistent_hash_router import ConsistentHashRouter
+from ray.serve.request_router import PendingRequest, RunningReplica
 
 __all__ = ["ROUTER", "SessionAffinityRouter", "session_bucket"]
 
@@ -50,28 +53,13 @@ def session_bucket(session: str, buckets: int) -> int:
     return zlib.crc32(session.encode()) % buckets
 
 
-class SessionAffinityRouter(RequestRouter):
-    """Routes a request with a session id to its rendezvous-hash replica, falling back down the same ranking.
-
-    `request_router_kwargs`: `fallbacks`, how many further replicas of the ranking
-    may take a request its primary has no room for (default 1).
-    """
-
-    def initialize_state(self, fallbacks: int = 1) -> None:
-        self._fallbacks = fallbacks
+class SessionAffinityRouter(ConsistentHashRouter):
+    """Consistent hashing of the session id; without one, the shorter queue of two random replicas."""
 
     async def choose_replicas(
         self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
     ) -> list[list[RunningReplica]]:
-        session = pending_request.metadata.session_id if pending_request is not None else None
-        if not session or not candidate_replicas:  # no affinity asked for: the shorter queue of two
-            return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
-        assert pending_request is not None
-        pending_request.routing_context.should_backoff = True  # all ranks full: back off, then the same order
-        ranked = sorted(candidate_replicas, key=lambda r: _score(session, r.replica_id.unique_id), reverse=True)
-        return [[replica] for replica in ranked[: 1 + self._fallbacks]]
-
-
-def _score(key: str, replica: str) -> int:
-    """Rendezvous (highest-random-weight) score of a replica for a key."""
-    return int.from_bytes(hashlib.blake2b(f"{key}\x00{replica}".encode(), digest_size=8).digest(), "big")
+        if pending_request is not None and pending_request.metadata.session_id:
+            ranks: list[list[RunningReplica]] = await super().choose_replicas(candidate_replicas, pending_request)
+            return ranks
+        return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]

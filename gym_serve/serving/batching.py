@@ -34,6 +34,7 @@ calls in turn) instead of finishing rollouts nobody will read.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
@@ -109,7 +110,12 @@ class MicroBatcher(Generic[T, R]):
 
     def _start(self, items: list[T], futures: list[asyncio.Future[R]]) -> None:
         if items:
-            task = asyncio.get_running_loop().create_task(self._deliver(items, futures))
+            # A fresh context: in a Serve replica, a handle call takes its Serve request id from the calling
+            # request's context, and the requests of one flush would all carry the id of the request whose
+            # call started the flush. Routers that match replicas to requests by that id (the session-affinity
+            # one) then hand two requests one replica and leave the other waiting forever.
+            context = contextvars.Context()
+            task = asyncio.get_running_loop().create_task(self._deliver(items, futures), context=context)
             self._sending.add(task)  # keep a reference until it is done
             task.add_done_callback(self._sending.discard)
             abandon = functools.partial(_abandon_if_unwanted, task, futures)

@@ -50,6 +50,7 @@ __all__ = [
     "PolicyWeights",
     "UpdateReport",
     "WeightSource",
+    "current_version",
     "policy_store",
 ]
 
@@ -115,6 +116,12 @@ def policy_store(app: str) -> Any:
     ).remote()
 
 
+async def current_version(app: str) -> int:
+    """The current version of application `app`'s policy (0: the weights its replicas started from)."""
+    state: PolicyState = await policy_store(app).state.remote()
+    return state.version
+
+
 class UpdateReport(BaseModel):
     """How an update went."""
 
@@ -148,8 +155,7 @@ class PolicyWeights:
 
     async def current(self) -> int:
         """The policy's current version (0: the weights the replicas started from)."""
-        state: PolicyState = await self._store.state.remote()
-        return state.version
+        return await current_version(self.app)
 
     async def versions(self) -> PolicyVersions:
         served = await self._broadcast("weights_version")
