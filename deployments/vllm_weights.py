@@ -255,5 +255,11 @@ def _write_temporary(tensors: dict[str, Any]) -> Path:
 
     shm = Path("/dev/shm")
     folder = Path(tempfile.mkdtemp(prefix="gym-serve-weights-", dir=shm if shm.is_dir() else None))
-    save_file({name: t.contiguous() for name, t in tensors.items()}, str(folder / "model.safetensors"))
+    seen: set[int] = set()
+    own = {}
+    for name, t in tensors.items():  # safetensors refuses tensors that share memory (tied weights): copy those
+        t = t.contiguous()
+        own[name] = t.clone() if t.data_ptr() in seen else t
+        seen.add(t.data_ptr())
+    save_file(own, str(folder / "model.safetensors"))
     return folder
