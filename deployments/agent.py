@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,7 +19,7 @@ from gym_serve.rollout.loop import AgentConfig, run_episode
 from gym_serve.serving.autoscaling import Load
 from gym_serve.serving.batching import MicroBatcher, stream_batch
 from gym_serve.serving.replica_count import replica_counts
-from gym_serve.serving.routing import pinned_key
+from gym_serve.serving.routing import pinned_key, session_bucket
 from gym_serve.wire.responses import row_problems
 
 DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": 0}}
@@ -29,17 +30,44 @@ def _replicas_of(handle: DeploymentHandle) -> Callable[[], int]:
     return functools.partial(replica_counts.of, handle.app_name, handle.deployment_name)
 
 
-class _HandleModel:
-    """The Model tier through its handle, calls micro-batched: every Model deployment offers `responses_batch`."""
+ModelCall = tuple[dict[str, Any], str | None]
 
-    def __init__(self, handle: DeploymentHandle) -> None:
-        batch = handle.options(stream=True).responses_batch
-        self._batched: MicroBatcher[tuple[dict[str, Any], str | None], dict[str, Any]] = MicroBatcher(
-            lambda calls: batch.remote(calls), parts=_replicas_of(handle)
-        )
+
+class _HandleModel:
+    """The Model tier through its handle, calls micro-batched: every Model deployment offers `responses_batch`.
+
+    A tier that asks for session affinity (`affinity_buckets`, asked once) gets
+    each turn's calls split by session bucket, each part sent with its bucket as
+    the Serve session id, so that a rollout's calls all reach one replica
+    (`gym_serve.serving.routing`); any other tier gets one part per replica.
+    """
+
+    def __init__(self, handle: DeploymentHandle, affinity: bool) -> None:
+        self._handle = handle
+        self._affinity = affinity
+        self._batcher: asyncio.Future[MicroBatcher[ModelCall, dict[str, Any]]] | None = None
 
     async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
-        return await self._batched((request, session))
+        if self._batcher is None or (self._batcher.done() and self._batcher.exception() is not None):
+            self._batcher = asyncio.ensure_future(self._make_batcher())  # asked again if asking failed
+        batched = await asyncio.shield(self._batcher)
+        return await batched((request, session))
+
+    async def _make_batcher(self) -> MicroBatcher[ModelCall, dict[str, Any]]:
+        buckets = await self._handle.affinity_buckets.remote() if self._affinity else None
+        senders: dict[str | None, Any] = {}
+
+        def send(calls: list[ModelCall], key: str | None = None) -> Any:
+            sender = senders.get(key)
+            if sender is None:
+                options: dict[str, Any] = {"stream": True} if key is None else {"stream": True, "session_id": key}
+                sender = senders[key] = self._handle.options(**options).responses_batch.remote
+            return sender(calls)
+
+        def bucket_of(call: ModelCall) -> str | None:
+            return None if call[1] is None or not buckets else f"bucket-{session_bucket(call[1], buckets)}"
+
+        return MicroBatcher(send, parts=_replicas_of(self._handle), route=bucket_of)
 
 
 class _HandleEnv:
@@ -109,7 +137,8 @@ class AgentDeployment:
     ) -> None:
         if model is None:
             model = serve.get_deployment_handle("Model", app_name=model_app)
-        self.model = _HandleModel(model)
+        self.model = _HandleModel(model, config.model_affinity)
+        self._policy_app = model.app_name
         self.env = _HandleEnv(environment)
         self.config = config
         self._env_info: EnvInfo | None = None
@@ -141,6 +170,10 @@ class AgentDeployment:
             message = "; ".join(f"`{field}`: {error}" for field, error in problems)
             return JSONResponse({"error": f"invalid row: {message}", "field": problems[0][0]}, status_code=422)
         return JSONResponse(await self.run(row))
+
+    def policy_app(self) -> str:
+        """The application whose Model tier this agent calls: where its policy's versions are kept."""
+        return self._policy_app
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         return self.load.stats()

@@ -1,10 +1,12 @@
-"""A small GRPO loop on CPU that trains on rollouts from the gym-serve HTTP ingress: the trainer side of the contract.
+"""A small GRPO loop on CPU that trains on rollouts from the gym-serve HTTP ingress and syncs its weights back.
 
 Each step:
 
 1. asks the ingress (`POST /v1/rollouts`, through `gym_serve.client`: HTTP
    only, no Ray in this process) for `group_size` rollouts of each of
-   `tasks_per_step` rows, sampled by the vLLM deployment;
+   `tasks_per_step` rows, sampled by the vLLM deployment, and checks that every
+   token of them came from the policy version it last pushed
+   (`policy_version_min` / `policy_version_max` on each rollout row);
 2. turns every rollout into one training sequence from the token ids on each
    model call's last output item (`prompt_token_ids`, `generation_token_ids`,
    `generation_log_probs`): the last call's prompt + generation is the whole
@@ -13,51 +15,46 @@ Each step:
    markup) is masked. Contiguity is asserted first, as NeMo RL does
    ("Non-contiguous messages found!"), with `gym_serve.check_contiguity`;
 3. computes group-normalised advantages: `(r - mean(group)) / (std(group) + eps)`;
-4. recomputes the log-probs of the sampled tokens with transformers, from the
-   same safetensors the vLLM deployment serves, and takes one clipped-surrogate
-   policy-gradient step (token-level mean, PPO clip; with one update per step
-   the ratio is 1 and this is plain REINFORCE with a group baseline);
-5. logs mean reward, sequences, trained/masked tokens, loss, the update's norm,
-   and the max and mean |logprob_trainer - logprob_sampler| over the trained
-   tokens, measured before the update.
+4. recomputes the log-probs of the sampled tokens with transformers and takes
+   one clipped-surrogate policy-gradient step (token-level mean, PPO clip; with
+   one update per step the ratio is 1 and this is plain REINFORCE with a group
+   baseline);
+5. writes its weights as a safetensors checkpoint and pushes them to every
+   replica of the vLLM tier as the next policy version (`POST /v1/weights`),
+   which answers once every replica serves them: the next step samples from
+   the policy it just trained;
+6. logs mean reward, sequences, trained/masked tokens, loss, the update's norm,
+   the max and mean |logprob_trainer - logprob_sampler| over the trained
+   tokens (measured before the update), and the seconds the push took.
 
-Run it against a Serve config:
+Before the first step it pushes its starting weights, so the tier serves
+exactly what it trains. With `--no-sync-weights` it pushes nothing after that:
+the tier keeps sampling from the starting weights while the trainer's copy moves
+on, which is what the loop did before weight sync existed.
+
+Run it against a Serve config (both sides on one machine, or sharing the
+checkpoint folder):
 
     python -m gym_serve.testing.tiny_model /tmp/gym-serve-tiny-model
-    serve run deployments/grpo_vllm.yaml        # the ingress + the `plain_text` environment on vLLM
-    python examples/grpo_trainer.py --url http://127.0.0.1:8000 --model /tmp/gym-serve-tiny-model --steps 5
+    export GYM_SERVE_TOKEN=...                  # weight pushes need a bearer token
+    serve run deployments/grpo_vllm.yaml        # the ingress + the `starts_with` environment on vLLM
+    python examples/grpo_trainer.py --url http://127.0.0.1:8000 --model /tmp/gym-serve-tiny-model --steps 20
 
-The reward. The tiny model has random weights and never solves a task, so
-the example trains on `examples/plain_text_env.py`: the share of the reply
-that is plain letters and spaces, a continuous property of the reply's form
-that differs between the samples of a group, so the advantages are not zero.
-It demonstrates the mechanics (token ids in, a gradient step out), not learning
-a task. The environment has no tools, so its episodes are single-turn: the
-tiny model almost never stops by itself, and free sampling gives no tool calls
-to continue from. Multi-turn rollouts go through the same `build_sequence`
-(the test sends forced tool-call rollouts of the weather environment through it).
+The task. The tiny model has random weights and never solves a real task, so
+the example trains on `examples/starts_with_env.py`: reward 1 when the reply
+starts with "Yo", which the tiny model does about one time in six at first.
+With weight sync the mean reward climbs to 0.8 and more within about ten
+steps at the default learning rate; without it, it stays where it started
+(`benchmarks/grpo_learning.py` measures both and plots them).
 
 Log-prob agreement. vLLM reports the log-prob of each sampled token under the
-served weights (raw logits, before temperature), so at the first step, when the
-trainer's weights are the served ones, the difference is numerical noise: it
-is the check that the ids, their alignment and the weights all match. At
-temperature 1 the sampled distribution is that policy; under `tool_choice:
-required` the engine samples from a grammar-masked distribution and reports
-its log-probs, which a plain forward pass does not reproduce.
-
-Weight sync (not built). The trainer updates its own copy; the vLLM deployment
-keeps serving the initial weights, so from step 2 on the rollouts are stale
-and the log-prob difference measures that staleness. Closing the loop takes a
-method on the Model deployment (`deployments/vllm_model.py`), called on every
-replica after each step, that puts the new weights into its `AsyncLLM`:
-either from a checkpoint the trainer writes to shared storage
-(`await engine.collective_rpc("reload_weights", kwargs={"weights_path": ...})`,
-vLLM's in-place reload on each worker), or streamed from the trainer's
-process group (`init_weight_transfer_engine` once, then `start_weight_update`,
-`update_weights`, `finish_weight_update(weight_version)` per step: the NCCL
-path NeMo RL and verl use). In-flight requests must be drained first (or their
-rollouts tagged with the weight version), and the trainer would then wait for
-every replica before asking for the next step's rollouts.
+served weights (raw logits, before temperature), so when the trainer's weights
+are the served ones the difference is numerical noise (fp32: under 1e-4): it
+is the check that the ids, their alignment and the weights all match, and with
+weight sync it holds at every step. Without sync it grows with every step: the
+rollouts are stale. Under `tool_choice: required` the engine samples from a
+grammar-masked distribution and reports its log-probs, which a plain forward
+pass does not reproduce.
 """
 
 from __future__ import annotations
@@ -67,7 +64,9 @@ import asyncio
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -84,6 +83,7 @@ __all__ = [
     "GRPOConfig",
     "GRPOTrainer",
     "NonContiguousRollout",
+    "StaleRollout",
     "StepLog",
     "TrainingSequence",
     "build_sequence",
@@ -91,7 +91,7 @@ __all__ = [
     "main",
 ]
 
-ROWS = Path(__file__).parent / "data" / "plain_text.jsonl"
+ROWS = Path(__file__).parent / "data" / "starts_with.jsonl"
 
 
 class GRPOConfig(BaseModel):
@@ -101,23 +101,29 @@ class GRPOConfig(BaseModel):
 
     url: str = Field(description="The ingress, e.g. http://127.0.0.1:8000.")
     model: Path = Field(description="The folder of the weights the vLLM deployment serves (config + safetensors).")
-    env: str = Field(default="plain_text", description="The agent application rows go to (`agent_ref.name`).")
-    steps: int = Field(default=3, ge=1)
+    env: str = Field(default="starts_with", description="The agent application rows go to (`agent_ref.name`).")
+    steps: int = Field(default=20, ge=1)
     rows: Path = Field(default=ROWS, description="Input rows (JSONL); each step takes the next `tasks_per_step`.")
-    tasks_per_step: int = Field(default=2, ge=1)
-    group_size: int = Field(default=4, ge=2, description="Rollouts per task: the group advantages are relative to.")
-    max_output_tokens: int = Field(default=24, ge=1)
+    tasks_per_step: int = Field(default=4, ge=1)
+    group_size: int = Field(default=8, ge=2, description="Rollouts per task: the group advantages are relative to.")
+    max_output_tokens: int = Field(default=4, ge=1)
     temperature: float = Field(default=1.0, gt=0)
     lr: float = Field(default=1e-5, gt=0)
     clip: float = Field(default=0.2, gt=0, description="PPO clip range of the ratio.")
     updates_per_step: int = Field(default=1, ge=1, description="Gradient steps on each step's rollouts.")
     token_env: str = Field(default="GYM_SERVE_TOKEN", description="Environment variable with the bearer token.")
+    sync_weights: bool = Field(default=True, description="Push the weights to the vLLM tier after every step.")
+    checkpoints: Path = Field(
+        default=Path(tempfile.gettempdir()) / "gym-serve-grpo",
+        description="Where the pushed checkpoints go (every replica reads them; the latest stays).",
+    )
 
 
 class StepLog(BaseModel):
     """What one training step saw and did."""
 
     step: int
+    policy_version: int = Field(description="The policy version that sampled every token of this step's rollouts.")
     mean_reward: float
     rollouts: int
     failed: int
@@ -132,7 +138,12 @@ class StepLog(BaseModel):
     logprob_diff_max: float = Field(description="max |logprob_trainer - logprob_sampler| before the update.")
     logprob_diff_mean: float
     update_norm: float = Field(description="L2 norm of the parameter change the step made.")
+    sync_seconds: float = Field(description="The push of the step's weights to every replica (0 without sync).")
     seconds: float
+
+
+class StaleRollout(ValueError):
+    """Raised when a rollout was sampled by another policy version than the one the trainer pushed."""
 
 
 class NonContiguousRollout(ValueError):
@@ -208,12 +219,30 @@ class GRPOTrainer:
         if not self.rows:
             raise ValueError(f"{config.rows}: no rows")
         self.history: list[StepLog] = []
+        self.version = 0
+        """The policy version the tier serves: the trainer's weights as of its last push."""
 
     async def run(self) -> list[StepLog]:
         async with GymClient(self.config.url, token=os.environ.get(self.config.token_env)) as client:
+            current = await client.weights()
+            await self.push(client, current["version"] + 1)  # the tier serves exactly what is trained
             for step in range(1, self.config.steps + 1):
                 self.history.append(await self.step(client, step))
         return self.history
+
+    async def push(self, client: GymClient, version: int) -> float:
+        """Write the weights as a checkpoint and make them policy `version` on every replica; returns seconds."""
+        from safetensors.torch import save_file
+
+        started = time.perf_counter()
+        folder = self.config.checkpoints / f"version-{version}"
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {name: t.detach().contiguous() for name, t in self.model.state_dict().items()}
+        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        await client.push_weights(version, str(folder))
+        previous, self.version = self.version, version
+        shutil.rmtree(self.config.checkpoints / f"version-{previous}", ignore_errors=True)  # the tier left it
+        return time.perf_counter() - started
 
     async def step(self, client: GymClient, step: int) -> StepLog:
         started = time.perf_counter()
@@ -235,13 +264,20 @@ class GRPOTrainer:
         finished = [r for r in results if "_ng_failure_class" not in r]
         if not finished:
             raise RuntimeError(f"step {step}: every rollout failed, e.g. {results[0].get('error')!r}")
+        for r in finished:
+            sampled_by = {r.get("policy_version_min"), r.get("policy_version_max")}
+            if sampled_by != {self.version}:
+                raise StaleRollout(f"step {step}: rollout sampled by policy versions {sampled_by}, not {self.version}")
         sequences = [build_sequence(r) for r in finished]
         advantages = group_advantages([s.reward for s in sequences], [s.group for s in sequences])
         loss, diffs, update_norm = self._update(sequences, advantages)
         trained = sum(sum(s.loss_mask) for s in sequences)
         signal = {s.group for s, a in zip(sequences, advantages, strict=True) if a != 0.0}
+        sampled_by = self.version
+        sync_seconds = await self.push(client, self.version + 1) if self.config.sync_weights else 0.0
         return StepLog(
             step=step,
+            policy_version=sampled_by,
             mean_reward=sum(s.reward for s in sequences) / len(sequences),
             rollouts=len(results),
             failed=len(results) - len(finished),
@@ -253,6 +289,7 @@ class GRPOTrainer:
             logprob_diff_max=max(diffs),
             logprob_diff_mean=sum(diffs) / len(diffs),
             update_norm=update_norm,
+            sync_seconds=sync_seconds,
             seconds=time.perf_counter() - started,
         )
 
@@ -308,7 +345,9 @@ def main(argv: Sequence[str] | None = None) -> GRPOTrainer:
     fields = GRPOConfig.model_fields
     for name, info in fields.items():
         flag = "--" + name.replace("_", "-")
-        if info.is_required():
+        if info.annotation is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=info.description)
+        elif info.is_required():
             parser.add_argument(flag, required=True, help=info.description)
         else:
             parser.add_argument(flag, default=None, help=f"{info.description or ''} (default: {info.default})")

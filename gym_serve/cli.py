@@ -81,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
     collect.add_argument("--rollout-timeout", type=float, default=600.0, help="seconds one rollout attempt may take")
     collect.add_argument("--max-attempts", type=int, default=3, help="tries per rollout for retryable failures")
     collect.add_argument(
+        "--max-policy-lag",
+        type=int,
+        help="run again a rollout whose oldest token is more than this many policy versions old",
+    )
+    collect.add_argument("--flag-stale", action="store_true", help="keep such rollouts, marked policy_stale")
+    collect.add_argument(
         "--resume",
         action="store_true",
         help="continue an interrupted collection from its files (finished rollouts are not rerun)",
@@ -205,6 +211,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
             ordered=args.ordered,
             shard_index=args.shard[0],
             shard_count=args.shard[1],
+            max_policy_lag=args.max_policy_lag,
+            flag_stale=args.flag_stale,
         )
     except ValidationError as e:  # before anything starts: the arguments do not fit this config
         raise ConfigError(str(e.errors()[0]["msg"]).removeprefix("Value error, "), source=args.config) from None

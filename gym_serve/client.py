@@ -5,6 +5,13 @@
         async for result in client.rollouts(rows, num_repeats=8, group_size=8):
             ...   # rollout rows (or failure rows with `_ng_failure_class`) as they finish
 
+A trainer outside the Ray cluster pushes its weights the same way (the
+ingress needs a bearer token for that):
+
+    async with GymClient("http://127.0.0.1:8000", token=...) as client:
+        await client.push_weights(version=3, checkpoint="/ckpt/step-3")   # every replica serves it on return
+        (await client.weights())["replicas"]                                # {replica id: version}
+
 Requests that meet 429 or a 5xx are retried with exponential backoff (honouring
 `Retry-After`), and at most `max_in_flight` requests are open at once.
 
@@ -66,6 +73,28 @@ class GymClient:
         """One rollout (NeMo Gym's `/run`)."""
         lines = [line async for line in self._post_lines("/run", row)]
         return lines[0]
+
+    async def push_weights(self, version: int, checkpoint: str) -> dict[str, Any]:
+        """Make `version`, the safetensors in the folder `checkpoint`, the policy every Model replica serves.
+
+        Answers the update's report once every replica serves it (`gym_serve.serving.weights.UpdateReport`).
+        Not retried: a refusal (422: the weights do not fit, 409: the version is not new) raises `GymClientError`.
+        """
+        body = {"version": version, "checkpoint": checkpoint}
+        return await self._request("POST", "/v1/weights", body)
+
+    async def weights(self) -> dict[str, Any]:
+        """The policy's current version and the version each running replica serves."""
+        return await self._request("GET", "/v1/weights")
+
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        if self._session is None:
+            raise RuntimeError("use `async with GymClient(...)` before sending requests")
+        async with self._session.request(method, self.base_url + path, json=body) as response:
+            if response.status >= 400:
+                raise GymClientError(response.status, await response.text())
+            answer: dict[str, Any] = await response.json()
+            return answer
 
     async def rollouts(
         self,

@@ -15,6 +15,10 @@ GymServeError
 │   ├── ModelTimeoutError       its endpoint did not answer in time                    transport_timeout
 │   └── ReplayMissError  the replay model has no recording of the conversation         replay_miss
 ├── SessionLostError     the replica holding the rollout's session state went away      session_lost
+├── StalePolicy          a rollout's oldest token is further behind the policy than allowed   stale_policy
+├── WeightsError         a weight update was refused; no replica changed its weights
+│   ├── InvalidWeights   the new weights do not fit the served model (names, shapes, values)
+│   └── VersionNotNewer  the new version is not above the current one
 └── RolloutError         a rollout could not finish, with the kind it names            (its own)
 ```
 
@@ -37,6 +41,7 @@ __all__ = [
     "FailureKind",
     "GymServeError",
     "InputError",
+    "InvalidWeights",
     "JudgeError",
     "ModelError",
     "ModelTimeoutError",
@@ -44,9 +49,12 @@ __all__ = [
     "ReplayMissError",
     "RolloutError",
     "SessionLostError",
+    "StalePolicy",
     "ToolError",
     "VerifierTimeoutError",
     "VerifyError",
+    "VersionNotNewer",
+    "WeightsError",
     "failure_kind",
 ]
 
@@ -94,6 +102,8 @@ class FailureKind(StrEnum):
     """Verification did not finish within the environment's deadline: no verdict, so no reward (not a 0)."""
     REPLAY_MISS = "replay_miss"
     """The replay model has no recording of the conversation: nothing the policy did, so nothing to score."""
+    STALE_POLICY = "stale_policy"
+    """The rollout's oldest token came from a policy version more than `max_policy_lag` behind the current one."""
 
 
 class GymServeError(Exception):
@@ -222,6 +232,24 @@ class SessionLostError(GymServeError):
     """
 
     kind = FailureKind.SESSION_LOST
+
+
+class StalePolicy(GymServeError):
+    """Raised when a rollout sampled by an older policy than the caller's `max_policy_lag` allows (it is re-run)."""
+
+    kind = FailureKind.STALE_POLICY
+
+
+class WeightsError(GymServeError):
+    """Raised when a weight update is refused; every replica keeps the version it served."""
+
+
+class InvalidWeights(WeightsError):
+    """Raised when new weights do not fit the served model: unknown or missing tensors, wrong shapes, NaN or inf."""
+
+
+class VersionNotNewer(WeightsError):
+    """Raised when an update's version is not above the policy's current version (versions only increase)."""
 
 
 class RolloutError(GymServeError):

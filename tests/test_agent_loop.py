@@ -174,3 +174,22 @@ async def test_an_env_whose_calls_are_the_answer_ends_at_the_first_call_and_runs
     assert rollout["reward"] == 0.0, "verify saw both calls"
     plain = await run_local(row, JudgeCalls(), ScriptedModel([message("It is 5.")]))
     assert plain["reward"] == 0.0 and len(plain["response"]["output"]) == 1
+
+
+async def test_the_row_says_which_policy_versions_sampled_its_tokens_and_how_much_prompt_was_cached() -> None:
+    def bundle(item: dict[str, Any], spans: list[list[int]]) -> dict[str, Any]:
+        tokens = {"prompt_token_ids": [1], "generation_token_ids": [2] * spans[-1][2], "generation_log_probs": []}
+        return {**item, **tokens, "policy_version": spans[0][0], "policy_version_spans": spans}
+
+    class Versioned(ScriptedModel):
+        async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+            response = await super().responses(request, session)
+            return {**response, "usage": {**response["usage"], "input_tokens_details": {"cached_tokens": 4}}}
+
+    first = bundle(call("add", '{"a": 2, "b": 3}'), [[3, 0, 2]])
+    second = bundle(message("It is 5."), [[3, 0, 1], [4, 1, 5]])  # an update landed during this call
+    rollout = await run_local(ROW, Calculator(), Versioned([first], [second]))
+    assert (rollout["policy_version_min"], rollout["policy_version_max"]) == (3, 4)
+    assert rollout["response"]["usage"]["input_tokens_details"] == {"cached_tokens": 8}
+    plain = await run_local(ROW, Calculator(), ScriptedModel([message("5")]))
+    assert "policy_version_min" not in plain, "a model without versions adds none"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any
 
 import pytest
@@ -167,3 +168,22 @@ async def test_calls_with_a_routing_key_travel_in_requests_of_their_own_key() ->
     assert sorted(sent, key=str) == sorted(
         [("a", ["a-1", "a-2"]), ("b", ["b-1", "b-2"]), (None, ["new-1", "new-3"]), (None, ["new-2"])], key=str
     ), "one request per key; calls without a key split over the replicas"
+
+
+async def test_each_request_of_a_turn_is_sent_from_a_fresh_context() -> None:
+    """In a Serve replica a handle call takes its request id from the context it is made in (see `_start`)."""
+    caller_request: contextvars.ContextVar[str] = contextvars.ContextVar("caller_request", default="")
+    seen: list[str] = []
+
+    async def send(items: list[int]) -> list[int]:
+        seen.append(caller_request.get())
+        return items
+
+    batcher = MicroBatcher(send, parts=lambda: 3)
+
+    async def call(i: int) -> int:
+        caller_request.set(f"request-{i}")
+        return await batcher(i)
+
+    assert await asyncio.gather(*(call(i) for i in range(3))) == [0, 1, 2]
+    assert seen == ["", "", ""]

@@ -222,3 +222,60 @@ async def test_bad_rows_are_counted_and_written_with_their_line(tmp_path: Path) 
     summary = await Collection(j, Script()).run()
     assert summary.rows_read == 4 and summary.rows_skipped == 2 and summary.rollouts == 2
     assert [f["line"] for f in read(failures_path(tmp_path / "out.jsonl"))] == [3, 4]
+
+
+class Versioned(Script):
+    """Rollouts sampled by an old policy on their first attempt, by the current one after (per task)."""
+
+    def __init__(self, current: int, first: dict[int, int]) -> None:
+        super().__init__()
+        self.current, self.first = current, first
+
+    async def __call__(self, agent: str, row: dict[str, Any]) -> dict[str, Any]:
+        rollout = await super().__call__(agent, row)
+        key = (row["_ng_task_index"], row["_ng_rollout_index"])
+        oldest = self.first.get(row["_ng_task_index"], self.current) if self.attempts[key] == 1 else self.current
+        return {**rollout, "policy_version_min": oldest, "policy_version_max": self.current}
+
+
+@pytest.mark.parametrize("flag_stale", [False, True])
+async def test_rollouts_behind_max_policy_lag_are_run_again_or_flagged(tmp_path: Path, flag_stale: bool) -> None:
+    from gym_serve.collect.staleness import Staleness
+
+    script = Versioned(current=7, first={0: 4, 1: 5, 2: 6})  # lags 3, 2, 1 on the first attempt; 0 after
+    staleness = Staleness(1, flag_stale=flag_stale, current=lambda agent: asyncio.sleep(0, result=script.current))
+    summary = await Collection(job(tmp_path, n=4, max_attempts=2), script, staleness=staleness).run()
+    rows = {r["_ng_task_index"]: r for r in read(tmp_path / "out.jsonl")}
+    assert summary.rollouts == 4 and summary.failures == 0
+    if flag_stale:
+        assert [rows[t].get("policy_stale", False) for t in range(4)] == [True, True, False, False]
+        assert [rows[t]["policy_lag"] for t in range(4)] == [3, 2, 1, 0] and summary.retries == 0
+    else:  # tasks 0 and 1 were too stale: run again, on the current policy
+        assert [script.attempts[(t, 0)] for t in range(4)] == [2, 2, 1, 1] and summary.retries == 2
+        assert all(rows[t]["policy_lag"] == 0 for t in (0, 1)) and rows[2]["policy_lag"] == 1
+        assert not any("policy_stale" in row for row in rows.values())
+
+
+async def test_a_rollout_that_stays_stale_ends_as_a_stale_policy_failure(tmp_path: Path) -> None:
+    from gym_serve.collect.staleness import Staleness
+
+    class AlwaysOld(Script):
+        async def __call__(self, agent: str, row: dict[str, Any]) -> dict[str, Any]:
+            return {**await super().__call__(agent, row), "policy_version_min": 0, "policy_version_max": 0}
+
+    staleness = Staleness(2, current=lambda agent: asyncio.sleep(0, result=9))
+    summary = await Collection(job(tmp_path, n=1, max_attempts=3), AlwaysOld(), staleness=staleness).run()
+    (failure,) = read(failures_path(tmp_path / "out.jsonl"))
+    assert summary.failures == 1 and summary.failures_by_class == {"stale_policy": 1}
+    assert failure["attempts"] == 3 and failure["mask_sample"] is True
+    assert "policy version 0, 9 behind the current 9 (max_policy_lag 2)" in failure["error"]
+
+
+async def test_rollouts_without_policy_versions_pass_the_bound_unchecked(tmp_path: Path) -> None:
+    from gym_serve.collect.staleness import Staleness
+
+    async def never(agent: str) -> int:
+        raise AssertionError("a rollout without versions needs no current version")
+
+    summary = await Collection(job(tmp_path, n=3), Script(), staleness=Staleness(0, current=never)).run()
+    assert summary.rollouts == 3 and not any("policy_lag" in r for r in read(tmp_path / "out.jsonl"))

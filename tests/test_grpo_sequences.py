@@ -67,7 +67,7 @@ def test_the_serve_config_of_the_example_is_valid() -> None:
     ServeDeploySchema.model_validate(config)
     env_app, ingress = config["applications"]
     args = validate_app_args(env_app["args"], source="deployments/grpo_vllm.yaml", app=env_app["name"])
-    assert args.model.kind == "vllm" and args.environment.name == "examples.plain_text_env:PlainText"
+    assert args.model.kind == "vllm" and args.environment.name == "examples.starts_with_env:StartsWith"
     assert IngressArgs.model_validate(ingress["args"]).agents == [env_app["name"]]
 
 

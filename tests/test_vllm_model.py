@@ -177,3 +177,17 @@ async def test_a_chat_follow_up_extends_the_earlier_turns_ids(agent: Any) -> Non
     sequence = earlier["prompt_token_ids"] + earlier["generation_token_ids"]
     assert later["prompt_token_ids"][: len(sequence)] == sequence
     assert len(later["prompt_token_ids"]) > len(sequence)
+
+
+async def test_seeded_requests_whose_prefill_would_be_chunked_leave_the_cpu_engine_alive(agent: Any) -> None:
+    """Eight seeded ~900-token prompts at once are more than one step's token budget (2,048): with chunked
+    prefill, vLLM rewinds each seeded generator after a partial prefill, which a CPU generator cannot do
+    (`RuntimeError: CPU Generator does not use offset`, the engine dies). The tier prefills unchunked on CPU."""
+    model = serve.get_deployment_handle("Model", app_name=APP)
+    long_prompt = "weather " * 880
+    requests = [{"input": long_prompt, "max_output_tokens": 4, "temperature": 1.0, "seed": i} for i in range(8)]
+    answers = await asyncio.gather(*(model.responses.remote(r) for r in requests))
+    assert all(len(a["output"][-1]["generation_token_ids"]) == 4 for a in answers)
+    assert min(len(a["output"][-1]["prompt_token_ids"]) for a in answers) > 800
+    again = await model.responses.remote({"input": "still there?", "max_output_tokens": 3, "seed": 1})
+    assert len(again["output"][-1]["generation_token_ids"]) == 3, "the engine still answers"

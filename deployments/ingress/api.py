@@ -7,6 +7,8 @@
 - `POST /v1/responses`, `POST /v1/chat/completions`: the Model tier, OpenAI-compatible (token ids, when the
   model gives them, stay on the items as extra fields).
 - `GET /v1/environments`, `GET /healthz`, `GET /metrics` (Prometheus text, see `.prometheus` beside this module).
+- `POST /v1/weights` (`{"version": N, "checkpoint": "/folder/of/safetensors"}`): new weights into every replica of
+  the Model tier (`gym_serve.serving.weights`); `GET /v1/weights`: the policy's version and each replica's.
 
 Optional bearer-token auth: everything but `/healthz` needs the token. Its
 value is never in the config, only the name of its variable (`token_env`): a
@@ -14,7 +16,8 @@ replica reads that variable, or, on a cluster whose nodes lack it, the value
 the deployer published in the cluster's key-value store
 (`gym_serve.serving.secrets`; `gym-serve up` with the variable set publishes
 it). An ingress asked for auth (`require_token`, which a deployer holding the
-token sets) that finds no token refuses to start. Bounded: bodies over
+token sets) that finds no token refuses to start. Weight updates always need
+the token: without one configured, `POST /v1/weights` is refused (403). Bounded: bodies over
 `max_body_bytes` get 413, and when accepting a request would put more than
 `max_in_flight` rollouts in flight the answer is 429 with `Retry-After`.
 
@@ -22,6 +25,8 @@ Deadlines: every rollout (on `/run` and `/v1/rollouts`) must end within
 `rollout_deadline_s`, retries included; one that does not comes back as a
 failure row with `_ng_failure_class: agent_timeout`, and its work is cancelled.
 Retries and failure rows are the rollout driver's (`gym_serve.collect.attempts`).
+With `max_policy_lag`, a rollout sampled by too old a policy is run again, or
+with `flag_stale` returned marked (`gym_serve.collect.staleness`).
 
 Cancellation: when the client of `/v1/rollouts` goes away, Serve's proxy
 cancels the request, the batch's unfinished rollouts are cancelled, their
@@ -53,12 +58,14 @@ from ray import serve
 from starlette.types import Receive, Scope, Send
 
 from gym_serve.collect.attempts import RetryPolicy, run_attempts
+from gym_serve.collect.staleness import Staleness
 from gym_serve.collect.task_index import TaskIndex
 from gym_serve.deployments.ingress.idempotency import IdempotencyCache, IdempotencyConflict, IdempotencyMismatch
 from gym_serve.deployments.ingress.prometheus import RolloutMetrics
-from gym_serve.errors import ConfigError
+from gym_serve.errors import ConfigError, InvalidWeights, VersionNotNewer, WeightsError
 from gym_serve.serving import secrets
 from gym_serve.serving.batching import MicroBatcher, agent_batcher
+from gym_serve.serving.weights import PolicyWeights
 from gym_serve.wire.chat import chat_request_to_responses, responses_response_to_chat
 from gym_serve.wire.responses import row_problems
 
@@ -102,6 +109,10 @@ class RolloutsRequest(BaseModel):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     max_output_tokens: int | None = Field(default=None, ge=1)
+    max_policy_lag: int | None = Field(
+        default=None, ge=0, description="Run again a rollout whose oldest token is more policy versions old."
+    )
+    flag_stale: bool = Field(default=False, description="Return such rollouts marked `policy_stale` instead.")
     idempotency_key: str | None = Field(
         default=None,
         min_length=1,
@@ -122,6 +133,13 @@ def _openai_error(status: int, message: str, param: str) -> JSONResponse:
     return JSONResponse({"error": error}, status_code=status)
 
 
+class WeightsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = Field(ge=1, description="The new policy version: above the current one.")
+    checkpoint: str = Field(min_length=1, description="A folder of *.safetensors that every replica's node reads.")
+
+
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse(
         {"error": message, **extra}, status_code=status, headers={"Retry-After": "1"} if status in (409, 429) else None
@@ -138,8 +156,10 @@ class _Batch:
         group_size: int | None,
         key: str | None,
         replayed: dict[int, dict[str, Any]],
+        staleness: Staleness | None = None,
     ) -> None:
         self.ingress = ingress
+        self.staleness = staleness
         self.work = work
         self.group_size = group_size
         self.key = key
@@ -169,7 +189,7 @@ class _Batch:
             self.close()
 
     async def _one(self, index: int) -> tuple[int, dict[str, Any]]:
-        return index, await self.ingress._run(*self.work[index])
+        return index, await self.ingress._run(*self.work[index], self.staleness)
 
     def _emit(self, groups: dict[Any, list[dict[str, Any]]], result: dict[str, Any]) -> bytes | None:
         if self.group_size is None:
@@ -243,6 +263,7 @@ class Ingress:
         self.metrics = RolloutMetrics(lambda: self.in_flight, replica=_replica_id())
         self._retry = RetryPolicy(max_attempts=self.args.max_attempts, deadline_s=self.args.rollout_deadline_s)
         self._rng = random.Random()
+        self._weights: PolicyWeights | None = None
 
     # ---- plumbing ------------------------------------------------------------------------------------------
 
@@ -286,13 +307,14 @@ class Ingress:
             return _error(404, f"unknown agent `{name}`; deployed: {', '.join(self.args.agents)}")
         return name
 
-    async def _run(self, agent: str, row: dict[str, Any]) -> dict[str, Any]:
+    async def _run(self, agent: str, row: dict[str, Any], staleness: Staleness | None = None) -> dict[str, Any]:
         """One rollout within the deadline, retried on retryable failures; a failure comes back as a failure row."""
         batcher = self._batchers.get(agent)
         if batcher is None:
             batcher = self._batchers[agent] = agent_batcher(agent)
         started = time.perf_counter()
-        outcome = await run_attempts(lambda: batcher(row), row, self._retry, self._rng)
+        attempt = (lambda: batcher(row)) if staleness is None else (lambda: staleness.checked(agent, batcher(row)))
+        outcome = await run_attempts(attempt, row, self._retry, self._rng)
         self.metrics.finished(outcome.kind or "ok", time.perf_counter() - started)
         return outcome.row
 
@@ -394,7 +416,8 @@ class Ingress:
                 return _error(409, str(e))
             except IdempotencyMismatch as e:
                 return _error(422, str(e))
-        batch = _Batch(self, work, job.group_size, key, replayed)
+        staleness = None if job.max_policy_lag is None else Staleness(job.max_policy_lag, flag_stale=job.flag_stale)
+        batch = _Batch(self, work, job.group_size, key, replayed, staleness)
         if (refused := self._admit(len(batch.pending))) is not None:
             if key is not None:
                 self.idempotency.end(key)
@@ -435,6 +458,41 @@ class Ingress:
             {k: last[k] for k in ("prompt_token_ids", "generation_token_ids", "generation_log_probs") if k in last}
         )
         return JSONResponse(completion)
+
+    @app.post("/v1/weights")
+    async def push_weights(self, request: Request) -> Response:
+        """New weights into every replica of the Model tier; answers once every replica serves them."""
+        if self._token is None:  # weights decide what every rollout samples: never open, whatever the rest is
+            return _error(403, f"weight updates need a bearer token: set {self.args.token_env} for the ingress")
+        body = await self._guard(request)
+        if isinstance(body, JSONResponse):
+            return body
+        try:
+            update = WeightsRequest.model_validate(body)
+        except ValidationError as e:
+            err = e.errors()[0]
+            return _error(400, f"`{'.'.join(map(str, err['loc']))}`: {err['msg']}")
+        if (weights := self._policy()) is None:
+            return _error(404, "this ingress serves no model (set `model_app`)")
+        try:
+            report = await weights.push(update.version, checkpoint=update.checkpoint)
+        except WeightsError as e:
+            status = 422 if isinstance(e, InvalidWeights) else 409 if isinstance(e, VersionNotNewer) else 503
+            return JSONResponse({"error": str(e)}, status_code=status)
+        return JSONResponse(report.model_dump())
+
+    @app.get("/v1/weights")
+    async def weight_versions(self, request: Request) -> Response:
+        if (refused := self._unauthorized(request)) is not None:
+            return refused
+        if (weights := self._policy()) is None:
+            return _error(404, "this ingress serves no model (set `model_app`)")
+        return JSONResponse((await weights.versions()).model_dump())
+
+    def _policy(self) -> PolicyWeights | None:
+        if self._weights is None and self.args.model_app is not None:
+            self._weights = PolicyWeights(self.args.model_app)
+        return self._weights
 
     @app.get("/v1/environments")
     async def environments(self, request: Request) -> Response:

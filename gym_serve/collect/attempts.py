@@ -33,9 +33,11 @@ RETRYABLE = frozenset(
         FailureKind.TRANSPORT_TIMEOUT,
         FailureKind.TRANSPORT_UNREACHABLE,
         FailureKind.MODEL_ERROR,
+        FailureKind.STALE_POLICY,
     }
 )
-"""Failure kinds worth another attempt: the next try may land on a healthy replica or a recovered endpoint."""
+"""Failure kinds worth another attempt: the next try may land on a healthy replica or a recovered endpoint
+(or, for a stale rollout, on the current policy)."""
 
 
 class RetryPolicy(BaseModel):

@@ -33,6 +33,7 @@ from gym_serve.collect.attempts import Outcome, RetryPolicy, failure_row, run_at
 from gym_serve.collect.job import CollectJob, CollectSummary, Key, failures_path, rollout_key, sibling_path
 from gym_serve.collect.materialize import materialize
 from gym_serve.collect.resume import Progress, load_progress
+from gym_serve.collect.staleness import Staleness
 from gym_serve.collect.window import AdaptiveWindow
 from gym_serve.errors import FailureKind, InputError
 from gym_serve.serving.batching import MicroBatcher, agent_batcher
@@ -49,9 +50,12 @@ Call = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 class Collection:
     """One collection's run: dispatch, retries, bookkeeping. The actor below hosts it; tests may too."""
 
-    def __init__(self, job: CollectJob, call: Call, *, seed: int = 0) -> None:
+    def __init__(self, job: CollectJob, call: Call, *, seed: int = 0, staleness: Staleness | None = None) -> None:
         self.job = job
         self.call = call
+        if staleness is None and job.max_policy_lag is not None:
+            staleness = Staleness(job.max_policy_lag, flag_stale=job.flag_stale)
+        self.staleness = staleness
         self.out = Path(job.output_path)
         self.summary = CollectSummary(
             output_path=str(self.out),
@@ -133,7 +137,7 @@ class Collection:
     async def _run_one(self, row: dict[str, Any], spent: int) -> None:
         try:
             outcome = await run_attempts(
-                lambda: self.call(row["agent_ref"]["name"], row),
+                lambda: self._attempt(row),
                 row,
                 self.policy,
                 self._rng,
@@ -149,6 +153,11 @@ class Collection:
         finally:
             self.summary.in_flight -= 1
             await self.window.release()
+
+    def _attempt(self, row: dict[str, Any]) -> Awaitable[dict[str, Any]]:
+        agent = row["agent_ref"]["name"]
+        rollout = self.call(agent, row)
+        return rollout if self.staleness is None else self.staleness.checked(agent, rollout)
 
     def _on_backpressure(self) -> None:
         self.window.on_backpressure()

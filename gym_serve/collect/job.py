@@ -35,6 +35,13 @@ class CollectJob(BaseModel):
     ordered: bool = Field(default=False, description="Also write `<out>_ordered.jsonl` in (task, rollout) order.")
     shard_index: int = Field(default=0, ge=0, description="Run only tasks with index % shard_count == shard_index.")
     shard_count: int = Field(default=1, ge=1, description="Split the input's tasks among this many collections.")
+    max_policy_lag: int | None = Field(
+        default=None,
+        ge=0,
+        description="Run again a rollout whose oldest token is more than this many policy versions behind the "
+        "current one (gym_serve.collect.staleness).",
+    )
+    flag_stale: bool = Field(default=False, description="Keep such rollouts, marked `policy_stale`, instead.")
 
     @model_validator(mode="after")
     def _shard_in_range(self) -> CollectJob:

@@ -16,6 +16,10 @@ calls, and runs none of them. The loop is written against two small interfaces,
 `ModelClient` and `EnvClient`, so the same code runs over Serve handles in a
 deployment and over in-process objects in tests.
 
+When the model tier stamps its tokens with policy versions, the rollout row
+says the oldest and newest version that sampled any of them
+(`policy_version_min`, `policy_version_max`): what a staleness bound reads.
+
 The conversation stays a list of plain dicts: items are appended, never
 re-validated or re-serialized, so a long episode costs O(items), not O(n²).
 """
@@ -39,6 +43,7 @@ from gym_serve.errors import (
     VerifyError,
     failure_kind,
 )
+from gym_serve.wire.tokens import policy_version_range
 
 __all__ = ["AgentConfig", "EnvClient", "ModelClient", "run_episode"]
 
@@ -54,6 +59,11 @@ class AgentConfig(BaseModel):
         gt=0,
         validation_alias=AliasChoices("tier_call_timeout_s", "call_timeout_s"),
         description="Deadline of each call to the model or environment tier; a hung tier fails the call.",
+    )
+    model_affinity: bool = Field(
+        default=True,
+        description="Send all model calls of a rollout to one replica when the model tier offers it "
+        "(the vLLM tier: its prefix cache then holds the rollout's history).",
     )
 
 
@@ -92,7 +102,7 @@ async def run_episode(
     tools = params.get("tools") or env_info.tools
     conversation = _input_items(params["input"])
     output: list[dict[str, Any]] = []
-    usage = {key: 0 for key in _USAGE_KEYS}
+    usage = {key: 0 for key in (*_USAGE_KEYS, "cached_tokens")}
     response: dict[str, Any] = {}
     step_rewards: list[float] = []
     terminated = False
@@ -140,7 +150,10 @@ async def run_episode(
     verdict = await _call("environment `verify`", env.verify(row, episode, state), VerifyError, config)
     timings["verify_s"] = time.perf_counter() - t0
     timings["total_s"] = time.perf_counter() - started
-    extra = {"step_rewards": step_rewards} if step_rewards else {}
+    extra: dict[str, Any] = {"step_rewards": step_rewards} if step_rewards else {}
+    versions = policy_version_range(output)
+    if versions is not None:
+        extra["policy_version_min"], extra["policy_version_max"] = versions
     return {
         **row,
         "response": episode,
@@ -193,11 +206,12 @@ def _add_usage(total: dict[str, int], usage: dict[str, Any] | None) -> None:
         return
     for key in _USAGE_KEYS:
         total[key] += int(usage.get(key) or 0)
+    total["cached_tokens"] += int((usage.get("input_tokens_details") or {}).get("cached_tokens") or 0)
 
 
 def _full_usage(usage: dict[str, int]) -> dict[str, Any]:
     return {
-        **usage,
-        "input_tokens_details": {"cached_tokens": 0},
+        **{key: usage[key] for key in _USAGE_KEYS},
+        "input_tokens_details": {"cached_tokens": usage["cached_tokens"]},
         "output_tokens_details": {"reasoning_tokens": 0},
     }

@@ -22,11 +22,12 @@ With `parts`, each turn's calls are split into that many requests (one per
 replica of the target: `gym_serve.serving.replica_count`), so that Serve's router
 spreads a turn's work over the replicas instead of giving it all to one.
 
-With `route`, calls that must reach a particular replica (a rollout's session,
-`gym_serve.serving.routing`) say so: `route(item)` is the call's routing key,
-each turn's calls are grouped by key, and each group is sent as
-`send(items, key)`, so the request carries its calls' key (calls without a key
-are split by `parts` and sent with the key None).
+With `route`, calls that must reach a particular replica say so (a rollout's
+session: the environment replica that holds it, or the model replica whose
+prefix cache holds its history; `gym_serve.serving.routing`): `route(item)` is
+the call's routing key, each turn's calls are grouped by key, and each group is
+sent as `send(items, key)`, so the request carries its calls' key (calls without
+a key are split by `parts` and sent with the key None).
 
 When every caller of a batch has given up (cancelled: a client went away, a
 deadline passed), the batch's request is cancelled too, so the replica stops
@@ -37,6 +38,7 @@ calls in turn) instead of finishing rollouts nobody will read.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -109,7 +111,11 @@ class MicroBatcher(Generic[T, R]):
 
     def _start(self, items: list[T], futures: list[asyncio.Future[R]], key: str | None = None) -> None:
         if items:
-            task = asyncio.get_running_loop().create_task(self._deliver(items, futures, key))
+            # A fresh context: in a Serve replica, a handle call takes its Serve request id from the calling
+            # request's context, and the requests of one flush would all carry the id of the request whose
+            # call started the flush (see also `SessionRouter._fulfill_next_pending_request`).
+            context = contextvars.Context()
+            task = asyncio.get_running_loop().create_task(self._deliver(items, futures, key), context=context)
             self._sending.add(task)  # keep a reference until it is done
             task.add_done_callback(self._sending.discard)
             abandon = functools.partial(_abandon_if_unwanted, task, futures)
@@ -214,6 +220,14 @@ class BatchedResponses:
     """
 
     responses: Callable[[dict[str, Any], str | None], Awaitable[dict[str, Any]]]
+
+    async def affinity_buckets(self) -> int | None:
+        """Session buckets a caller splits its batches into for session affinity; None: this tier wants none.
+
+        A tier that benefits from seeing all calls of a rollout (a prefix cache) returns
+        the number of buckets and routes with `gym_serve.serving.routing.SessionRouter`.
+        """
+        return None
 
     async def responses_batch(
         self, calls: list[tuple[dict[str, Any], str | None]]

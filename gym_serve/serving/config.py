@@ -241,6 +241,15 @@ class VLLMModelArgs(BaseModel):
     ignore_eos: bool = Field(default=False, description="Generate to the token limit (benchmarks).")
     cpu_threads: int | None = Field(default=None, description="OpenMP threads on CPU builds (default: Ray's).")
     cpu_kv_cache_gib: int = Field(default=1, ge=1, description="KV cache size on CPU builds (VLLM_CPU_KVCACHE_SPACE).")
+    session_buckets: int = Field(
+        default=32,
+        ge=0,
+        description="Session buckets an agent splits its model calls into, so that all calls of a rollout reach "
+        "one replica and reuse its prefix cache (gym_serve.serving.routing); 0 turns affinity off.",
+    )
+    weight_sync_interval_s: float = Field(
+        default=5.0, gt=0, description="How often a replica checks it serves the policy's current weights."
+    )
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
 
 

@@ -8,24 +8,45 @@ A Serve request carries a routing key in `handle.options(session_id=...)`
   goes to that replica only, waiting while its queue is full; if that replica
   is gone, to any replica, which answers `session_lost`;
 - any other key goes where Serve's consistent-hash ring puts it (the same
-  replica for the same key, from every caller: an Agent's session buckets);
+  replica for the same key, from every caller; a replica that comes or goes
+  moves only its own share of the keys; a full primary overflows to the next
+  replica of the ring): an Agent's model-call session buckets;
 - no key: the less loaded of two random replicas (Serve's default policy),
   e.g. a rollout's first call.
 
 Calls are micro-batched (`gym_serve.serving.batching`), and a batch is one
 request: `MicroBatcher(route=...)` sends the calls of different keys in
 different requests, so every call travels under its own key.
+
+Session affinity for the Model tier: a rollout's second model call repeats the
+first call's prompt and generation and adds a little; a vLLM replica that served
+the first call still holds that history in its prefix cache, any other replica
+computes it again. The Agent sends each model call under its rollout's *session
+bucket* (`session_bucket`: a stable hash of the rollout's session id, modulo a
+fixed number of buckets the tier asks for), so a rollout's calls reach one replica.
 """
 
 from __future__ import annotations
 
 import random
+import zlib
 from typing import Any
 
 from ray.serve.config import RequestRouterConfig
 from ray.serve.experimental.consistent_hash_router import ConsistentHashRouter
 
-__all__ = ["REPLICA_KEY", "SessionRouter", "pinned_key", "replica_key", "session_router_config"]
+__all__ = [
+    "REPLICA_KEY",
+    "ROUTER",
+    "SessionRouter",
+    "pinned_key",
+    "replica_key",
+    "session_bucket",
+    "session_router_config",
+]
+
+ROUTER = "gym_serve.serving.routing:SessionRouter"
+"""The import path a deployment's `request_router_config` names."""
 
 REPLICA_KEY = "_gs_replica"
 """The field of a rollout's environment state that names the replica holding its session."""
@@ -36,6 +57,17 @@ _REPLICA_PREFIX = "replica:"
 def replica_key(replica: str) -> str:
     """The routing key that sends a request to the replica whose unique id is `replica`."""
     return _REPLICA_PREFIX + replica
+
+
+def session_bucket(session: str, buckets: int) -> int:
+    """The bucket of a session id: the same in every process (`hash()` of a str is salted per process).
+
+    >>> session_bucket("12:3", 32) == session_bucket("12:3", 32)
+    True
+    >>> sorted({session_bucket(f"{task}:0", 4) for task in range(100)})
+    [0, 1, 2, 3]
+    """
+    return zlib.crc32(session.encode()) % buckets
 
 
 def pinned_key(state: Any) -> str | None:

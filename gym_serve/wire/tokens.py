@@ -7,6 +7,11 @@ and sampled, so across the calls of one rollout the running sequence
 `prompt + generation` of a call must be a prefix of the next call's prompt —
 the check NeMo RL makes ("Non-contiguous messages found!"). A model tier that
 re-renders and re-tokenizes history breaks it; ours extends the sequence.
+
+A model tier whose weights change (the vLLM tier) also says which policy
+version sampled the tokens: `policy_version` (an integer that only increases)
+and `policy_version_spans`, `[[version, start, end], ...]` over the generated
+tokens, of which there is more than one when an update landed during the call.
 """
 
 from __future__ import annotations
@@ -17,9 +22,22 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["TOKEN_FIELDS", "ContiguityReport", "check_contiguity", "token_calls", "token_response"]
+__all__ = [
+    "POLICY_VERSION",
+    "POLICY_VERSION_SPANS",
+    "TOKEN_FIELDS",
+    "ContiguityReport",
+    "check_contiguity",
+    "policy_version_range",
+    "token_calls",
+    "token_response",
+]
 
 TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+POLICY_VERSION = "policy_version"
+"""On a token bundle: the policy version that sampled the call's first token (its oldest)."""
+POLICY_VERSION_SPANS = "policy_version_spans"
+"""On a token bundle: `[[version, start, end], ...]`: generated tokens `start` to `end - 1` came from `version`."""
 
 
 class ContiguityReport(BaseModel):
@@ -82,9 +100,12 @@ def token_response(
     generated: list[int],
     logprobs: list[float],
     finish_reason: str | None,
+    cached_tokens: int = 0,
     **bundle_extra: Any,
 ) -> dict[str, Any]:
     """A token-returning model call as a Responses object: the token bundle (and `bundle_extra`) on its last item.
+
+    `cached_tokens`: the prompt tokens the engine's prefix cache held (`usage.input_tokens_details`).
 
     A call that produced no item (an empty or cut-off generation) gets an empty
     assistant message to carry the bundle; a call stopped by its length limit is
@@ -118,9 +139,28 @@ def token_response(
             "input_tokens": len(prompt_ids),
             "output_tokens": len(generated),
             "total_tokens": len(prompt_ids) + len(generated),
+            "input_tokens_details": {"cached_tokens": cached_tokens},
         },
     }
     if finish_reason == "length":
         response["status"] = "incomplete"
         response["incomplete_details"] = {"reason": "max_output_tokens"}
     return response
+
+
+def policy_version_range(items: list[dict[str, Any]]) -> tuple[int, int] | None:
+    """The oldest and the newest policy version that sampled a token of these model calls; None if none says.
+
+    >>> first = {"generation_token_ids": [7, 8], POLICY_VERSION: 3, POLICY_VERSION_SPANS: [[3, 0, 2]]}
+    >>> second = {"generation_token_ids": [9, 9, 9], POLICY_VERSION: 3, POLICY_VERSION_SPANS: [[3, 0, 1], [4, 1, 3]]}
+    >>> policy_version_range([first, {"type": "function_call_output"}, second])
+    (3, 4)
+    >>> policy_version_range([{"generation_token_ids": [1]}]) is None
+    True
+    """
+    versions: list[int] = []
+    for call in token_calls(items):
+        if POLICY_VERSION in call:
+            spans = call.get(POLICY_VERSION_SPANS) or []
+            versions.extend([int(span[0]) for span in spans] or [int(call[POLICY_VERSION])])
+    return (min(versions), max(versions)) if versions else None
