@@ -287,8 +287,8 @@ class Session:
             return True
         if not words[0].endswith("pip") or len(words) < 3:
             return False
-        if words[1] == "install" and "-e" in words and re.fullmatch(r"\.(\[[\w,]+\])?", words[-1]):
-            extras = re.findall(r"\w+", words[-1])
+        if words[1] == "install" and "-e" in words and re.fullmatch(r"\.(\[[\w,-]+\])?", words[-1]):
+            extras = re.findall(r"[\w-]+", words[-1])
             defined = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
             assert set(extras) <= set(defined), f"`{part}`: pyproject.toml has no extra {set(extras) - set(defined)}"
             installed = [
@@ -301,8 +301,9 @@ class Session:
                 with pytest.raises(metadata.PackageNotFoundError):
                     metadata.version(name)
             return True
-        if words[1:3] == ["install", "--no-deps"] and "==" in words[3]:
-            name, version = words[3].split("==")
+        pinned = [w for w in words[3:] if "==" in w]
+        if words[1:3] == ["install", "--no-deps"] and len(pinned) == 1:  # e.g. also --ignore-requires-python
+            name, version = pinned[0].split("==")
             assert metadata.version(name) == version, f"`{part}`: {name} {metadata.version(name)} is installed"
             return True
         return False

