@@ -16,7 +16,8 @@ ones from the model's `generation_config.json`, the engine does not), and
 `max_tokens` always (its default is 16). The server's weight versions ride on
 the bundle as `weight_versions` (`[{version, start, end}]` over the generated
 ids) where the server reports them (vLLM >= 0.33 with `return_weight_versions`;
-0.32 ignores the field).
+0.32 ignores the field), and, when they are integers, as the bundle's
+`policy_version` and `policy_version_spans`, as the vLLM tier reports its own.
 
 At start-up each replica probes the server (`probe`): a server that cannot
 return token ids and log-probs, or whose tokenizer differs from `tokenizer`, is
@@ -38,7 +39,7 @@ from gym_serve.serving.config import VLLMHTTPModelArgs
 from gym_serve.serving.http_endpoint import HTTPEndpoint
 from gym_serve.wire.chat_template import ChatTokenizer
 from gym_serve.wire.hermes import forced_tool_call_regex, parse_output
-from gym_serve.wire.tokens import token_response
+from gym_serve.wire.tokens import POLICY_VERSION, POLICY_VERSION_SPANS, token_response
 
 __all__ = ["ServerInfo", "VLLMHTTPModelDeployment", "probe"]
 
@@ -71,7 +72,7 @@ class VLLMHTTPModelDeployment(BatchedResponses):
         wanted = int(request.get("max_output_tokens") or self.args.default_max_output_tokens)
         body = completion_body(self.server.model, prompt_ids, min(wanted, room), request)
         completion = read_completion(await self.endpoint.post("/v1/completions", body), prompt_ids)
-        extra = {"weight_versions": completion.weight_versions} if completion.weight_versions else {}
+        extra = _version_fields(completion.weight_versions)
         return token_response(
             self.server.model,
             parse_output(completion.text),
@@ -205,3 +206,15 @@ async def probe(endpoint: HTTPEndpoint, chat: ChatTokenizer, model: str | None) 
     except ModelError as e:
         raise wrong(f"a 2-token completion came back without usable token ids: {e}") from None
     return ServerInfo(model=name, max_model_len=max_model_len, version=version)
+
+
+def _version_fields(weight_versions: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The server's weight versions on the bundle; as policy versions too where they are integers."""
+    if not weight_versions:
+        return {}
+    fields: dict[str, Any] = {"weight_versions": weight_versions}
+    try:
+        spans = [[int(str(v["version"])), int(v["start"]), int(v["end"])] for v in weight_versions]
+    except (KeyError, TypeError, ValueError):  # a named version (a string): kept as the server said it
+        return fields
+    return {**fields, POLICY_VERSION: spans[0][0], POLICY_VERSION_SPANS: spans}

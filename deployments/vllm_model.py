@@ -139,7 +139,7 @@ class VLLMModelDeployment(BatchedResponses):
         prompt_ids = self.chat.prompt_ids(request)
         room = self.max_model_len - len(prompt_ids)
         if room <= 0:  # the conversation outgrew the context: an incomplete answer, not an error
-            bundle = {POLICY_VERSION: self.weights.version, POLICY_VERSION_SPANS: []}
+            bundle: dict[str, Any] = {POLICY_VERSION: self.weights.version, POLICY_VERSION_SPANS: []}
             return token_response(self.args.engine.model, [], prompt_ids, [], [], "length", **bundle)
         wanted = request.get("max_output_tokens") or self.args.default_max_output_tokens
         params = SamplingParams(
@@ -162,7 +162,10 @@ class VLLMModelDeployment(BatchedResponses):
         generated = list(out.token_ids)
         logprobs = [float(step[token].logprob) for step, token in zip(out.logprobs or [], generated, strict=True)]
         spans = [[int(span.version), span.start, span.end] for span in out.weight_versions or []]
-        bundle = {POLICY_VERSION: spans[0][0] if spans else self.weights.version, POLICY_VERSION_SPANS: spans}
+        versions: dict[str, Any] = {
+            POLICY_VERSION: spans[0][0] if spans else self.weights.version,
+            POLICY_VERSION_SPANS: spans,
+        }
         return token_response(
             self.args.engine.model,
             parse_output(out.text),
@@ -171,7 +174,7 @@ class VLLMModelDeployment(BatchedResponses):
             logprobs,
             out.finish_reason,
             cached_tokens=final.num_cached_tokens or 0,
-            **bundle,
+            **versions,
         )
 
     async def chat_completions(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:

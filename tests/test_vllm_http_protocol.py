@@ -10,7 +10,12 @@ from typing import Any
 
 import pytest
 
-from gym_serve.deployments.vllm_http_model import VLLMHTTPModelDeployment, completion_body, read_completion
+from gym_serve.deployments.vllm_http_model import (
+    VLLMHTTPModelDeployment,
+    _version_fields,
+    completion_body,
+    read_completion,
+)
 from gym_serve.errors import FailureKind, ModelError, failure_kind
 from gym_serve.serving.batching import BatchedResponses
 from gym_serve.wire.chat_template import ChatTokenizer
@@ -53,6 +58,16 @@ def test_an_answer_gives_ids_log_probs_and_weight_versions() -> None:
     assert read_completion(answer(), [1, 2, 3]).weight_versions is None  # vLLM 0.32 reports none
     response = token_response("tiny", [], [1, 2, 3], [5, 2], [-0.5, -0.1], "stop", weight_versions=spans)
     assert response["output"][-1]["weight_versions"] == spans and check_contiguity(response).ok
+
+
+def test_integer_weight_versions_are_the_bundles_policy_versions() -> None:
+    """As the vLLM tier reports its own, so the staleness bound and the trainers read one field."""
+    spans = [{"version": 3, "start": 0, "end": 2}, {"version": "4", "start": 2, "end": 5}]
+    fields = _version_fields(spans)
+    assert fields["policy_version"] == 3 and fields["policy_version_spans"] == [[3, 0, 2], [4, 2, 5]]
+    named = _version_fields([{"version": "v7", "start": 0, "end": 1}])
+    assert "policy_version" not in named and named["weight_versions"] == [{"version": "v7", "start": 0, "end": 1}]
+    assert _version_fields(None) == {}
 
 
 @pytest.mark.parametrize(
