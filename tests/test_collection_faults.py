@@ -143,9 +143,15 @@ async def test_killing_replicas_of_every_tier_loses_no_rollout(serve_instance: N
 def test_a_sigkilled_collection_resumes_to_completion(tmp_path: Path) -> None:
     config = {
         "applications": [
-            {"name": "bump-model", "import_path": "tests.fault_parts:build_bump_model", "args": {"delay_s": 0.05}},
+            {
+                "name": "bump-model",
+                "route_prefix": None,  # two applications: Serve's schema wants distinct route prefixes
+                "import_path": "tests.fault_parts:build_bump_model",
+                "args": {"delay_s": 0.05},
+            },
             {
                 "name": "counter",
+                "route_prefix": None,
                 "import_path": "gym_serve.deployments.app:build_app",
                 "args": counter_app_args("bump-model"),
             },
