@@ -213,11 +213,12 @@ def serve_config_probe(config: Path, port: int) -> Callable[[], str | None]:
             if spec.import_path == INGRESS:
                 if (status := http(f"{url}/healthz")[0]) != 200:
                     return f"{url}/healthz: {status}"
-                if spec.args.get("model_app"):
-                    status, body = http(f"{url}/v1/responses", {"input": "Say hi.", "max_output_tokens": 4})
+                agent = spec.args.get("default_agent") or spec.args["agents"][0]
+                if spec.args.get("model_app"):  # a prompt the model has an answer to (a replay model: a recorded one)
+                    status, body = http(f"{url}/v1/responses", model_call(environments.get(agent)))
                     if status != 200:
                         return f"POST {url}/v1/responses: {status} {body[:300]}"
-                problem = rollout(f"{url}/run", spec.args.get("default_agent") or spec.args["agents"][0])
+                problem = rollout(f"{url}/run", agent)
             elif spec.name in environments:
                 problem = rollout(url, spec.name)
             else:
@@ -227,6 +228,14 @@ def serve_config_probe(config: Path, port: int) -> Callable[[], str | None]:
         return None
 
     return probe
+
+
+def model_call(environment: str | None) -> dict[str, Any]:
+    """The first example row's request of `environment`, else a plain prompt."""
+    try:
+        return dict(example_rows(environment)[0]["responses_create_params"]) if environment else {"input": "Say hi."}
+    except FileNotFoundError:
+        return {"input": "Say hi."}
 
 
 def http(url: str, body: Any = None) -> tuple[int, str]:

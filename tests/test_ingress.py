@@ -416,6 +416,18 @@ def test_streaming_through_the_openai_client_is_a_clear_400(base_url: str) -> No
         client.responses.create(model="replay", input=prompt["input"], tools=prompt["tools"], stream=True)
 
 
+async def test_a_model_call_the_model_cannot_answer_is_an_openai_shaped_error_naming_its_kind(base_url: str) -> None:
+    """A replay miss (no recording of this prompt) through the model endpoints: 502 with the kind, no traceback."""
+    for path, body in (
+        ("/v1/responses", {"input": "no recording holds this prompt"}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "nor this one"}]}),
+    ):
+        status, answer, _ = await post(f"{base_url}{path}", body)
+        assert status == 502, answer
+        assert answer["error"]["message"].startswith("the model tier failed (replay_miss): ")
+        assert "Traceback" not in json.dumps(answer)
+
+
 async def test_identical_rows_are_one_task_and_its_rollouts_one_group(base_url: str) -> None:
     """NeMo Gym's numbering, as a collection numbers: a row sent twice is one task with twice the rollouts."""
     same, other = example_rows("example_single_tool_call")[:2]

@@ -62,7 +62,7 @@ from gym_serve.collect.staleness import Staleness
 from gym_serve.collect.task_index import TaskIndex
 from gym_serve.deployments.ingress.idempotency import IdempotencyCache, IdempotencyConflict, IdempotencyMismatch
 from gym_serve.deployments.ingress.prometheus import RolloutMetrics
-from gym_serve.errors import ConfigError, InvalidWeights, VersionNotNewer, WeightsError
+from gym_serve.errors import ConfigError, FailureKind, InvalidWeights, VersionNotNewer, WeightsError, failure_kind
 from gym_serve.serving import secrets
 from gym_serve.serving.batching import MicroBatcher, agent_batcher
 from gym_serve.serving.weights import PolicyWeights
@@ -127,7 +127,7 @@ _NO_STREAMING = (
 )
 
 
-def _openai_error(status: int, message: str, param: str) -> JSONResponse:
+def _openai_error(status: int, message: str, param: str | None) -> JSONResponse:
     """An error in OpenAI's shape, so the official client shows its message (it reads `error.message`)."""
     error = {"message": message, "type": "invalid_request_error", "param": param, "code": None}
     return JSONResponse({"error": error}, status_code=status)
@@ -138,6 +138,15 @@ class WeightsRequest(BaseModel):
 
     version: int = Field(ge=1, description="The new policy version: above the current one.")
     checkpoint: str = Field(min_length=1, description="A folder of *.safetensors that every replica's node reads.")
+
+
+def _model_failure(error: BaseException) -> JSONResponse:
+    """A model call that failed: its failure kind and message in OpenAI's error shape (400 for bad input, else 502)."""
+    kind = failure_kind(error)
+    cause = getattr(error, "cause", None)
+    message = str(cause if isinstance(cause, BaseException) else error).strip().splitlines()
+    status = 400 if kind is FailureKind.BAD_INPUT else 502
+    return _openai_error(status, f"the model tier failed ({kind.value}): {message[-1] if message else kind.value}", None)
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -437,7 +446,10 @@ class Ingress:
         if body.get("stream"):
             return _openai_error(400, _NO_STREAMING, "stream")
         model = serve.get_deployment_handle("Model", app_name=self.args.model_app)
-        return JSONResponse(await model.responses.remote(body))
+        try:
+            return JSONResponse(await model.responses.remote(body))
+        except Exception as e:  # noqa: BLE001 - the model tier's failure, in OpenAI's shape, not a traceback
+            return _model_failure(e)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(self, request: Request) -> Response:
@@ -451,7 +463,10 @@ class Ingress:
         if body.get("stream"):
             return _openai_error(400, _NO_STREAMING, "stream")
         model = serve.get_deployment_handle("Model", app_name=self.args.model_app)
-        response = await model.responses.remote(chat_request_to_responses(body))
+        try:
+            response = await model.responses.remote(chat_request_to_responses(body))
+        except Exception as e:  # noqa: BLE001 - as for /v1/responses
+            return _model_failure(e)
         completion = responses_response_to_chat(response)
         last = response["output"][-1] if response.get("output") else {}
         completion["choices"][0]["message"].update(
