@@ -146,7 +146,9 @@ def _model_failure(error: BaseException) -> JSONResponse:
     cause = getattr(error, "cause", None)
     message = str(cause if isinstance(cause, BaseException) else error).strip().splitlines()
     status = 400 if kind is FailureKind.BAD_INPUT else 502
-    return _openai_error(status, f"the model tier failed ({kind.value}): {message[-1] if message else kind.value}", None)
+    return _openai_error(
+        status, f"the model tier failed ({kind.value}): {message[-1] if message else kind.value}", None
+    )
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
