@@ -97,7 +97,7 @@ def check_environment_rows(cls: type[Environment]) -> EnvReport:
     from gym_serve.analysis.check import RowResult, _check_non_answers
 
     report = EnvReport(cls.__name__)
-    rows = _check_rows(cls, report)
+    rows = _check_rows(cls.data_dir() / "example.jsonl", cls.Task, report)
     report.rows = [RowResult(line, None, None) for line, _ in rows]
     asyncio.run(_check_non_answers(cls, rows, report))
     return report
