@@ -122,11 +122,14 @@ async def test_incomplete_response_ends_the_episode() -> None:
     assert len(model.requests) == 1 and rollout["response"]["status"] == "incomplete"
 
 
-async def test_reasoning_only_turn_asks_again() -> None:
+async def test_a_reasoning_only_turn_ends_the_episode_unfinished_as_nemo_gyms_simple_agent_does() -> None:
     reasoning = {"type": "reasoning", "id": "rs", "summary": [{"type": "summary_text", "text": "hmm"}]}
     model = ScriptedModel([reasoning], [message("5")])
     rollout = await run_local(ROW, Calculator(), model)
-    assert len(model.requests) == 2 and rollout["reward"] == 1.0
+    assert len(model.requests) == 1, "not asked again"
+    assert rollout["truncated"] and not rollout["terminated"] and rollout["reward"] == 0.0
+    response = rollout["response"]
+    assert response["status"] == "incomplete" and response["metadata"]["ng_termination_reason"] == "incomplete_reasoning"
 
 
 async def test_model_failure_fails_the_rollout_with_a_class() -> None:

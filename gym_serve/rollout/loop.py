@@ -8,7 +8,9 @@ on until they end the episode; their per-step rewards land in `step_rewards`.
 
 The episode *terminates* when the model answers without a function call (or
 the environment ends it); it is *truncated* when its response is incomplete
-(it ran out of output tokens or context) or after `max_steps` model calls.
+(it ran out of output tokens or context), when the model answers with reasoning
+only or nothing (as NeMo Gym's `simple_agent`: the response is marked
+incomplete, `metadata.ng_termination_reason`), or after `max_steps` model calls.
 The rollout row records both (`terminated`, `truncated`), as Gymnasium does.
 For an environment whose function calls are the answer
 (`execute_tool_calls = False`), it also terminates at the first turn with
@@ -123,7 +125,12 @@ async def run_episode(
             break
         if not calls:
             if not any(item.get("type") == "message" for item in items):
-                continue  # a turn of reasoning only: ask again
+                # Reasoning only, or nothing, and not cut off: the trajectory ends unfinished, as NeMo Gym's
+                # simple_agent ends it (same status and termination reason), and is verified as it stands.
+                reason = "incomplete_reasoning" if items else "empty_output"
+                metadata = {**(response.get("metadata") or {}), "ng_termination_reason": reason}
+                response = {**response, "status": "incomplete", "metadata": metadata}
+                break
             if not env_info.has_user_turn:
                 terminated = True
                 break
