@@ -185,7 +185,7 @@ def serve_config_probe(config: Path, port: int) -> Callable[[], str | None]:
     """A real request to every HTTP application of `config`: None once each answers it, else what did not.
 
     An environment application gets one of its environment's example rows and must return a rollout; an
-    environment without `data/example.jsonl` gets an empty row and must refuse it with our 400 (the
+    environment without `data/example.jsonl` gets an empty row and must refuse it with our 400 or 422 (the
     application, not the proxy, answered). The ingress must pass `/healthz`, run a rollout the same way,
     and answer a model call when it serves a model.
     """
@@ -201,7 +201,8 @@ def serve_config_probe(config: Path, port: int) -> Callable[[], str | None]:
             row: dict[str, Any] = example_rows(environments[agent])[0]
         except FileNotFoundError:
             status, body = http(url, {})
-            return None if status == 400 and "responses_create_params" in body else f"POST {url} {{}}: {status} {body}"
+            refused = status in (400, 422) and "responses_create_params" in body  # our refusal of a bad row
+            return None if refused else f"POST {url} {{}}: {status} {body}"
         status, body = http(url, row)
         return None if status == 200 and "reward" in body else f"POST {url}: {status} {body[:300]}"
 

@@ -7,6 +7,7 @@ environment forced to call its tool (two model calls with the tool output betwee
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -244,14 +245,19 @@ def test_the_async_trl_worker_feeds_trls_own_rollout_queue(base_url: str) -> Non
 
     from gym_serve.trainers.trl_async import GymServeRolloutWorker
 
+    async def live_version() -> int:
+        async with GymClient(base_url, token=TOKEN) as client:
+            return int((await client.weights())["version"])
+
+    live = asyncio.run(live_version())  # the trainer's step: the version the tier serves now
     worker = GymServeRolloutWorker(
         lambda: GymClient(base_url, token=TOKEN), weather_rows()[:1], num_generations=2, groups_in_flight=1
     )
-    worker.update_model_version(3)
+    worker.update_model_version(live)
     worker.start()
     try:
         metrics: defaultdict[str, list[Any]] = defaultdict(list)
-        dataset = RolloutQueueDataset(worker.rollout_buffer, lambda: 3, worker.check_health, 120.0, metrics)
+        dataset = RolloutQueueDataset(worker.rollout_buffer, lambda: live, worker.check_health, 120.0, metrics)
         items = [item for _, item in zip(range(2), iter(dataset), strict=False)]
     finally:
         worker.stop()
