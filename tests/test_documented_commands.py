@@ -181,13 +181,14 @@ def wait_ready(proc: subprocess.Popen[bytes] | None, server: Server, probe: Call
         problem = probe()
 
 
-def serve_config_probe(config: Path, port: int) -> Callable[[], str | None]:
+def serve_config_probe(config: Path, port: int, token: str | None = None) -> Callable[[], str | None]:
     """A real request to every HTTP application of `config`: None once each answers it, else what did not.
 
     An environment application gets one of its environment's example rows and must return a rollout; an
     environment without `data/example.jsonl` gets an empty row and must refuse it with our 400 or 422 (the
     application, not the proxy, answered). The ingress must pass `/healthz`, run a rollout the same way,
-    and answer a model call when it serves a model.
+    and answer a model call when it serves a model. With `token` (the session exported GYM_SERVE_TOKEN, as
+    a user does before serving an ingress with auth), every request carries it.
     """
     specs = load_serve_config(config)
     environments = {
@@ -200,10 +201,10 @@ def serve_config_probe(config: Path, port: int) -> Callable[[], str | None]:
         try:
             row: dict[str, Any] = example_rows(environments[agent])[0]
         except FileNotFoundError:
-            status, body = http(url, {})
+            status, body = http(url, {}, token)
             refused = status in (400, 422) and "responses_create_params" in body  # our refusal of a bad row
             return None if refused else f"POST {url} {{}}: {status} {body}"
-        status, body = http(url, row)
+        status, body = http(url, row, token)
         return None if status == 200 and "reward" in body else f"POST {url}: {status} {body[:300]}"
 
     def probe() -> str | None:
@@ -212,11 +213,11 @@ def serve_config_probe(config: Path, port: int) -> Callable[[], str | None]:
                 continue
             url = f"http://127.0.0.1:{port}{spec.route_prefix.rstrip('/')}"
             if spec.import_path == INGRESS:
-                if (status := http(f"{url}/healthz")[0]) != 200:
+                if (status := http(f"{url}/healthz", None, token)[0]) != 200:
                     return f"{url}/healthz: {status}"
                 agent = spec.args.get("default_agent") or spec.args["agents"][0]
                 if spec.args.get("model_app"):  # a prompt the model has an answer to (a replay model: a recorded one)
-                    status, body = http(f"{url}/v1/responses", model_call(environments.get(agent)))
+                    status, body = http(f"{url}/v1/responses", model_call(environments.get(agent)), token)
                     if status != 200:
                         return f"POST {url}/v1/responses: {status} {body[:300]}"
                 problem = rollout(f"{url}/run", agent)
@@ -239,9 +240,10 @@ def model_call(environment: str | None) -> dict[str, Any]:
         return {"input": "Say hi."}
 
 
-def http(url: str, body: Any = None) -> tuple[int, str]:
+def http(url: str, body: Any = None, token: str | None = None) -> tuple[int, str]:
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    request = urllib.request.Request(url, data=data, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             return response.status, response.read().decode()
@@ -332,7 +334,7 @@ class Session:
         port = int(words[words.index("--http-port") + 1]) if "--http-port" in words else _http_port(config)
         log = self.box.work / f"server-{time.monotonic_ns()}.log"
         proc, self.server = start_process(part, self.box, self.cwd, log)
-        wait_ready(proc, self.server, serve_config_probe(config, port))
+        wait_ready(proc, self.server, serve_config_probe(config, port, self.box.env.get("GYM_SERVE_TOKEN")))
 
     def _stand_in_model_server(self, part: str, words: list[str]) -> None:
         self.stop_server()
