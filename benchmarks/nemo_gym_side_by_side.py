@@ -234,7 +234,7 @@ def _cpu(processes: list[psutil.Process]) -> dict[int, tuple[str, float]]:
     for process in processes:
         try:
             t = process.cpu_times()
-            times[process.pid] = (" ".join(process.cmdline())[:80], t.user + t.system)
+            times[process.pid] = (_command(process.cmdline()), t.user + t.system)
         except psutil.NoSuchProcess:
             pass
     return times
@@ -267,6 +267,11 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ordered = sorted(runs, key=lambda r: r["rollouts_per_s"])
     rates = [r["rollouts_per_s"] for r in ordered]
     return {**ordered[len(ordered) // 2], "rollouts_per_s_min": rates[0], "rollouts_per_s_max": rates[-1]}
+
+
+def _command(words: list[str]) -> str:
+    """A process's command line for the results, paths cut to their last part (no machine's folders in results)."""
+    return " ".join(Path(w).name if w.startswith("/") else w for w in words)[:80]
 
 
 def main() -> None:

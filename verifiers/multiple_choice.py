@@ -33,6 +33,8 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
+from .math import extract_answer  # the last complete boxed answer, read as the math verifier reads it
+
 __all__ = ["GRADING_MODES", "GradingMode", "Options", "extract_choice", "option_texts", "verify_choice"]
 
 GradingMode = Literal["strict_single_letter_boxed", "lenient_boxed", "lenient_answer_colon", "lenient_answer_colon_md"]
@@ -104,21 +106,6 @@ def verify_choice(text: str, options: Options, expected: str, **how: object) -> 
     return (1.0 if chosen is not None and chosen == gold else 0.0), chosen
 
 
-def _last_boxed(text: str) -> str | None:
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, begin = 1, start + len("\\boxed{")
-    for i in range(begin, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[begin:i]
-    return None
-
-
 def _unwrap_text(value: str) -> str:
     while (match := _TEXT_WRAPPER.fullmatch(value)) is not None:
         value = match.group(1)
@@ -136,7 +123,7 @@ def _normalize(value: str) -> str:
 
 
 def _boxed_letter(text: str, texts: dict[str, str]) -> str | None:
-    inner = _last_boxed(text)
+    inner = extract_answer(text)
     if inner is None:
         return None
     inner = _unwrap_text(inner.strip())
@@ -146,7 +133,7 @@ def _boxed_letter(text: str, texts: dict[str, str]) -> str | None:
 
 
 def _boxed_option_text(text: str, texts: dict[str, str]) -> str | None:
-    inner = _last_boxed(text)
+    inner = extract_answer(text)
     if inner is None:
         return None
     candidates = {_squash(inner.strip()), _squash(_unwrap_text(inner.strip()))}
