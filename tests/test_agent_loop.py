@@ -129,7 +129,8 @@ async def test_a_reasoning_only_turn_ends_the_episode_unfinished_as_nemo_gyms_si
     assert len(model.requests) == 1, "not asked again"
     assert rollout["truncated"] and not rollout["terminated"] and rollout["reward"] == 0.0
     response = rollout["response"]
-    assert response["status"] == "incomplete" and response["metadata"]["ng_termination_reason"] == "incomplete_reasoning"
+    assert response["status"] == "incomplete"
+    assert response["metadata"]["ng_termination_reason"] == "incomplete_reasoning"
 
 
 async def test_model_failure_fails_the_rollout_with_a_class() -> None:
