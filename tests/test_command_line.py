@@ -271,6 +271,7 @@ def test_ctrl_c_prints_the_command_that_resumes(tmp_path: Path) -> None:
         _, stderr = proc.communicate(timeout=60)
     finally:
         _signal(proc, signal.SIGKILL)
+        proc.communicate()  # reaped and its pipes closed even when the test failed (else a later test's warning)
     assert proc.returncode == 130
     assert 5 <= out.read_text().count("\n") < 200 * len(example_rows("example_single_tool_call")), "stopped mid-way"
     assert f"The rollouts that finished are in {out}" in stderr
