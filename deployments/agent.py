@@ -33,6 +33,23 @@ def _replicas_of(handle: DeploymentHandle) -> Callable[[], int]:
 ModelCall = tuple[dict[str, Any], str | None]
 
 
+class _KeyedSender:
+    """`<method>.remote` of a streaming handle carrying routing key `key` (Serve's `session_id`); one handle per
+    key, made once and kept, for the micro-batches `MicroBatcher(route=...)` sends under that key."""
+
+    def __init__(self, handle: DeploymentHandle, method: str) -> None:
+        self._handle = handle
+        self._method = method
+        self._senders: dict[str | None, Any] = {}
+
+    def __call__(self, key: str | None) -> Any:
+        sender = self._senders.get(key)
+        if sender is None:
+            options: dict[str, Any] = {"stream": True} if key is None else {"stream": True, "session_id": key}
+            sender = self._senders[key] = getattr(self._handle.options(**options), self._method).remote
+        return sender
+
+
 class _HandleModel:
     """The Model tier through its handle, calls micro-batched: every Model deployment offers `responses_batch`.
 
@@ -55,19 +72,14 @@ class _HandleModel:
 
     async def _make_batcher(self) -> MicroBatcher[ModelCall, dict[str, Any]]:
         buckets = await self._handle.affinity_buckets.remote() if self._affinity else None
-        senders: dict[str | None, Any] = {}
-
-        def send(calls: list[ModelCall], key: str | None = None) -> Any:
-            sender = senders.get(key)
-            if sender is None:
-                options: dict[str, Any] = {"stream": True} if key is None else {"stream": True, "session_id": key}
-                sender = senders[key] = self._handle.options(**options).responses_batch.remote
-            return sender(calls)
+        sender = _KeyedSender(self._handle, "responses_batch")
 
         def bucket_of(call: ModelCall) -> str | None:
             return None if call[1] is None or not buckets else f"bucket-{session_bucket(call[1], buckets)}"
 
-        return MicroBatcher(send, parts=_replicas_of(self._handle), route=bucket_of)
+        return MicroBatcher(
+            lambda calls, key=None: sender(key)(calls), parts=_replicas_of(self._handle), route=bucket_of
+        )
 
 
 class _HandleEnv:
@@ -80,26 +92,17 @@ class _HandleEnv:
 
     def __init__(self, handle: DeploymentHandle) -> None:
         self.describe = handle.describe
-        self._handle = handle
-        self._senders: dict[str | None, Any] = {}
+        sender = _KeyedSender(handle, "batch")
         parts = _replicas_of(handle)
 
         def batcher(method: str, state_at: int | None) -> MicroBatcher[tuple[Any, ...], Any]:
             route = (lambda call: pinned_key(call[state_at])) if state_at is not None else None
-            return MicroBatcher(lambda calls, key=None: self._sender(key)(method, calls), parts=parts, route=route)
+            return MicroBatcher(lambda calls, key=None: sender(key)(method, calls), parts=parts, route=route)
 
         self._seed = batcher("seed", None)
         self._call_tools = batcher("call_tools", 1)
         self._user_turn = batcher("user_turn", 2)
         self._verify = batcher("verify", 2)
-
-    def _sender(self, key: str | None) -> Any:
-        """`batch.remote` of a streaming handle carrying routing key `key` (one handle per key, kept)."""
-        sender = self._senders.get(key)
-        if sender is None:
-            options: dict[str, Any] = {"stream": True} if key is None else {"stream": True, "session_id": key}
-            sender = self._senders[key] = self._handle.options(**options).batch.remote
-        return sender
 
     async def seed(self, row: dict[str, Any]) -> Any:
         return await self._seed((row,))

@@ -151,6 +151,13 @@ def _model_failure(error: BaseException) -> JSONResponse:
     )
 
 
+def _invalid(error: ValidationError) -> JSONResponse:
+    """A request body its model refused: 400 naming the first field that is wrong."""
+    first = error.errors()[0]
+    field = ".".join(map(str, first["loc"]))
+    return _error(400, f"`{field}`: {first['msg']}", field=field)
+
+
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse(
         {"error": message, **extra}, status_code=status, headers={"Retry-After": "1"} if status in (409, 429) else None
@@ -376,9 +383,7 @@ class Ingress:
         try:
             job = RolloutsRequest.model_validate(body)
         except ValidationError as e:
-            err = e.errors()[0]
-            field = ".".join(map(str, err["loc"]))
-            return _error(400, f"`{field}`: {err['msg']}", field=field)
+            return _invalid(e)
         overrides = {
             k: v
             for k, v in job.model_dump(include={"temperature", "top_p", "max_output_tokens"}).items()
@@ -487,8 +492,7 @@ class Ingress:
         try:
             update = WeightsRequest.model_validate(body)
         except ValidationError as e:
-            err = e.errors()[0]
-            return _error(400, f"`{'.'.join(map(str, err['loc']))}`: {err['msg']}")
+            return _invalid(e)
         if (weights := self._policy()) is None:
             return _error(404, "this ingress serves no model (set `model_app`)")
         try:

@@ -147,7 +147,7 @@ class NemoGymEnvironmentArgs(BaseModel):
         default=120.0,
         gt=0,
         description="Deadline of one verify (NeMo Gym's judge calls retry a refused connection "
-        "forever); past it the rollout fails with `verifier_error`.",
+        "forever); past it the rollout fails with `verifier_timeout`.",
     )
     session_idle_s: float = Field(
         default=1800.0, gt=0, description="A session no call touched for this long is ended (an abandoned rollout)."
