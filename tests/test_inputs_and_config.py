@@ -281,3 +281,17 @@ def test_a_byte_order_mark_is_accepted_and_duplicate_keys_are_reported(tmp_path:
     assert "not valid JSON" in str(results[3][2])
     rows, bad = run_materialize(job(path))
     assert len(rows) == 1 and [line for line, _ in bad] == [2, 3, 4]
+
+
+def test_tool_schemas_are_judged_per_row_when_rows_repeat_them(tmp_path: Path) -> None:
+    """A schema's check is remembered (rows repeat a few tools), and must stay each row's own verdict."""
+    bad_schema = {"type": "object", "properties": {"c": {"type": 7}}}
+    rows = [
+        {"responses_create_params": {"input": "hi", "tools": [{**TOOL, "parameters": parameters}]}}
+        for parameters in (bad_schema, TOOL["parameters"], bad_schema, {**bad_schema, "required": ["c"]})
+    ]
+    path = write_lines(tmp_path / "in.jsonl", [json.dumps(row) for row in rows])
+    good, bad = run_materialize(job(path))
+    assert [row["responses_create_params"]["tools"][0]["parameters"] for row in good] == [TOOL["parameters"]]
+    assert [line for line, _ in bad] == [1, 3, 4]
+    assert all("not a valid JSON Schema at $.properties.c.type" in message for _, message in bad)
