@@ -25,7 +25,7 @@ start-up, measured once on one row; gym-serve: this process and every process
 of its Ray instance), the model server's apart.
 
     python benchmarks/nemo_gym_side_by_side.py [--concurrency 1 16 64 256 1024] [--rollouts 2000] [--repeats 3]
-        [--python PYTHON3.13] [--nemo-venv DIR]
+        [--python PYTHON3.13] [--nemo-venv DIR] [--serve-throughput-optimized]
 
 Prints a table last and writes benchmarks/results/nemo_gym_side_by_side-<date>.json and .png.
 """
@@ -108,7 +108,7 @@ class NemoGym:
         command = [str(venv / "bin" / "gym"), "env", "start", "--resources-server", SERVER]
         command += ["--model-type", "openai_model", "+skip_venv_if_present=true"]
         self.log = (work / "gym_env.log").open("w")
-        env = {**os.environ, "RAY_ADDRESS": "local"}  # its own Ray instance, never another one on the machine
+        env = {**_without_serve_settings(), "RAY_ADDRESS": "local"}  # its own Ray instance, never another one
         self.process = subprocess.Popen(
             command, cwd=work, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -172,7 +172,9 @@ class NemoGym:
         command += ["--concurrency", str(concurrency)]
         (self.work / "out.jsonl").unlink(missing_ok=True)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        done = subprocess.run(command, cwd=self.work, capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            command, cwd=self.work, env=_without_serve_settings(), capture_output=True, text=True, check=False
+        )
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         return cpu_s, done.stdout + done.stderr
@@ -184,8 +186,10 @@ class NemoGym:
 class GymServe:
     """The server hosted by gym-serve: the repository's Serve config for it, the model tier over HTTP."""
 
-    def __init__(self, base_url: str, work: Path, foreign: Callable[[], set[int]]) -> None:
+    def __init__(self, base_url: str, work: Path, foreign: Callable[[], set[int]], throughput_mode: bool) -> None:
         self.work, self.foreign = work, foreign
+        if throughput_mode:  # read by every process of the Ray instance started below, and by no NeMo Gym process
+            os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] = "1"
         (spec,) = yaml.safe_load(CONFIG.read_text())["applications"]
         spec["args"]["model"] = {"kind": "openai", "base_url": base_url, "model": "instant", "api_key_env": "NO_KEY"}
         spec["route_prefix"] = None
@@ -254,6 +258,11 @@ def _per_rollout(by_process: dict[str, float], rollouts: int) -> dict[str, float
     return {name: round(1000 * seconds / max(rollouts, 1), 3) for name, seconds in top}
 
 
+def _without_serve_settings() -> dict[str, str]:
+    """This process's environment less Ray Serve's settings (`--serve-throughput-optimized` is gym-serve's alone)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("RAY_SERVE_")}
+
+
 def _tail(path: Path, chars: int = 2000) -> str:
     return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
@@ -286,6 +295,12 @@ def main() -> None:
         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gym-serve" / "nemo-gym-0.7.0",
         help="NeMo Gym's virtual environment (made here if it has no `gym`)",
     )
+    parser.add_argument(
+        "--serve-throughput-optimized",
+        action="store_true",
+        help="run gym-serve's Ray with RAY_SERVE_THROUGHPUT_OPTIMIZED=1 (gRPC handle transport, router and user "
+        "code on one loop): a Serve-wide mode gym-serve does not set by default",
+    )
     args = parser.parse_args()
     load_at_start = os.getloadavg()
     made = (args.nemo_venv / "bin" / "gym").is_file()
@@ -305,7 +320,7 @@ def main() -> None:
 
         systems: dict[str, NemoGym | GymServe] = {
             "nemo_gym": nemo,
-            "gym_serve": GymServe(base_url, work / "gym_serve", foreign),
+            "gym_serve": GymServe(base_url, work / "gym_serve", foreign, args.serve_throughput_optimized),
         }
         for concurrency in args.concurrency:
             warm = min(args.rollouts, 2 * concurrency + 20)
@@ -345,6 +360,7 @@ def main() -> None:
             "nemo_gym": NEMO_GYM,
             "rollouts_per_run": args.rollouts,
             "repeats": args.repeats,
+            "serve_throughput_optimized": args.serve_throughput_optimized,
             "load_average_at_start": load_at_start,
             "results": results,
         },

@@ -139,6 +139,26 @@ async def test_a_stateful_servers_tool_answers_are_the_recorded_ones(tmp_path: P
     assert ours and [json.loads(o) for o in ours] == [json.loads(t) for t in theirs]
 
 
+async def test_interleaved_rollouts_each_keep_their_own_session_state() -> None:
+    """The host hands each call its rollout's `request.session` (NeMo Gym's cookie middleware pair is left out):
+    rollouts seeded and run interleaved on one server must never see each other's counter."""
+    host = NemoGymServer("example_session_state_mgmt")
+    row = {"responses_create_params": {"input": "count"}}
+    states = [await host.seed({**row, "initial_count": start}) for start in (10, 20)]
+    for state, step in ((states[0], 1), (states[1], 5), (states[0], 2)):
+        call = {"call_id": "i", "name": "increment_counter", "arguments": json.dumps({"count": step})}
+        await host.call_tools([call], state)
+    read = {"call_id": "r", "name": "get_counter_value", "arguments": "{}"}
+    counts = [json.loads((await host.call_tools([read], state))[0][0]["output"])["count"] for state in states]
+    assert counts == [13, 25]
+    response = {"output": [], "status": "completed"}
+    verdicts = [
+        await host.verify({**row, "expected_count": n}, response, s) for n, s in ((13, states[0]), (20, states[1]))
+    ]
+    assert [v["reward"] for v in verdicts] == [1.0, 0.0], "verify reads the rollout's own counter"
+    assert not any("session" in str(m.cls).lower() for m in host.app.user_middleware)
+
+
 async def test_tool_calls_get_simple_agents_answers() -> None:
     host = NemoGymServer("example_single_tool_call")
     state = await host.seed({"responses_create_params": {"input": "weather?"}})

@@ -21,10 +21,14 @@ NeMo Gym's `simple_agent` semantics:
   `reward`, `mask_sample`, `failure_kind`, `failure_reason` and the server's
   own fields land on the rollout row.
 
-Sessions. NeMo Gym ties a rollout's calls together with a session cookie and
-keeps the rollout's state in the server process's memory. Each seeded rollout
-gets a session here: its cookies, carried from call to call as simple_agent
-carries them. The state the agent carries is only the session's key, so a
+Sessions. NeMo Gym ties a rollout's calls together with a signed session
+cookie (its session middleware pair) and keeps the rollout's state in the
+server process's memory, keyed by the session's id. Each seeded rollout gets a
+session here: the `request.session` dict every call of the rollout is handed
+in its ASGI scope, named as NeMo Gym names it, plus any cookies the server
+sets. The cookie middleware pair is left out of the app: encoding, signing and
+decoding a cookie per call, and an HTTP middleware's task group per call, were
+half of the hosted server's CPU. The state the agent carries is only the session's key, so a
 call that reaches a replica that does not hold the session (its replica went
 away) fails as `session_lost` instead of silently running against empty state.
 A session ends after its verify, or after `session_idle_s` without a call (a
@@ -77,6 +81,7 @@ _SWEEP_EVERY_S = 60.0
 
 @dataclass
 class _Session:
+    data: dict[str, Any]  # the server's `request.session`
     cookies: dict[str, str] = field(default_factory=dict)
     last_used: float = field(default_factory=time.monotonic)
 
@@ -99,6 +104,9 @@ class NemoGymServer:
         self.verify_timeout_s = verify_timeout_s
         self.session_idle_s = session_idle_s
         self.app, self.server = _build(server, config or {}, endpoints or {})
+        from nemo_gym.server_utils import SESSION_ID_KEY  # imported by `_build`
+
+        self._session_id_key = SESSION_ID_KEY
         self.closes_cookie_sessions = _accepts_cookie_close(type(self.server))
         self.info = EnvInfo(
             name=catalog.hosted_name(server), tools=[], has_seed=True, has_user_turn=False, replica_sessions=True
@@ -118,7 +126,7 @@ class NemoGymServer:
     async def seed(self, row: dict[str, Any]) -> dict[str, Any]:
         """Start the rollout's session: `POST /seed_session` with the whole row, as simple_agent does."""
         self._sweep()
-        session = _Session()
+        session = _Session({self._session_id_key: str(uuid.uuid4())})  # as NeMo Gym's session middleware names it
         try:
             status, body = await self._post("/seed_session", row, session)
         except Exception as e:
@@ -244,13 +252,19 @@ class NemoGymServer:
                 closing.add_done_callback(self._background.discard)
 
     async def _post(self, path: str, payload: Any, session: _Session) -> tuple[int, bytes]:
-        status, body, cookies = await asgi_post(self.app, path, orjson.dumps(payload), session.cookies)
+        status, body, cookies = await asgi_post(self.app, path, orjson.dumps(payload), session.cookies, session.data)
         session.cookies.update(cookies)
         return status, body
 
 
-async def asgi_post(app: Any, path: str, body: bytes, cookies: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
-    """POST `body` (JSON) to an ASGI app in this process: `(status, response body, cookies it set)`."""
+async def asgi_post(
+    app: Any, path: str, body: bytes, cookies: dict[str, str], session: dict[str, Any] | None = None
+) -> tuple[int, bytes, dict[str, str]]:
+    """POST `body` (JSON) to an ASGI app in this process: `(status, response body, cookies it set)`.
+
+    `session` is the request's `request.session` (what Starlette's session middleware would have decoded from
+    the session cookie), the same dict from call to call of one rollout.
+    """
     headers = [
         (b"host", b"nemo-gym.local"),
         (b"content-type", b"application/json"),
@@ -272,6 +286,8 @@ async def asgi_post(app: Any, path: str, body: bytes, cookies: dict[str, str]) -
         "client": ("127.0.0.1", 0),
         "server": ("nemo-gym.local", 80),
     }
+    if session is not None:
+        scope["session"] = session
     answered = asyncio.Event()
     request_sent = False
 
@@ -314,8 +330,9 @@ def _build(server: str, config: dict[str, Any], endpoints: dict[str, str]) -> tu
     routes and the validation handler. Its exception middleware (an HTTP
     middleware: ~0.4 ms of CPU per call here, a quarter of a call's cost) is
     replaced by the host's handling of what it handles, with the same answers
-    (`NemoGymServer._tool_failure`). Left out: uvicorn, telemetry, profiling,
-    MCP exposure, ulimits.
+    (`NemoGymServer._tool_failure`). Its session middleware pair is replaced by
+    the host's session dicts (see the module docstring). Left out: uvicorn,
+    telemetry, profiling, MCP exposure, ulimits.
     """
     with _contained(catalog.server_dir(server)):
         from fastapi.exceptions import RequestValidationError
@@ -348,9 +365,25 @@ def _build(server: str, config: dict[str, Any], endpoints: dict[str, str]) -> tu
     )
     instance = cls(config=server_config, server_client=client)
     app = instance.setup_webserver()
+    app.user_middleware = [m for m in app.user_middleware if not _carries_session_cookie(m)]
     instance.setup_liveness(app)
     app.exception_handler(RequestValidationError)(_validation_exception_handler)
     return app, instance
+
+
+def _carries_session_cookie(middleware: Any) -> bool:
+    """NeMo Gym's session middleware pair: Starlette's signed session cookie, and `add_session_id` (an HTTP
+    middleware) naming the session. In process, the host hands each call its session dict instead
+    (`asgi_post(session=...)`), with the id `add_session_id` would give it: the server sees the same
+    `request.session`, without a signed cookie to encode and decode and an HTTP middleware's task group per call.
+    """
+    from starlette.middleware.base import BaseHTTPMiddleware
+    from starlette.middleware.sessions import SessionMiddleware
+
+    if middleware.cls is SessionMiddleware:
+        return True
+    dispatch = middleware.kwargs.get("dispatch")
+    return middleware.cls is BaseHTTPMiddleware and getattr(dispatch, "__name__", "") == "add_session_id"
 
 
 _ADDRESS_FIELDS = {"name", "host", "port", "entrypoint", "num_workers"}
