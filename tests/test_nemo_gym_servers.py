@@ -330,3 +330,18 @@ def test_every_proven_server_has_a_serve_config_that_names_it() -> None:
         assert {(row.get("agent_ref") or {}).get("name", spec.name) for row in rows} == {spec.name}, (
             "the application is the agent NeMo Gym's rows name, so they run as they are"
         )
+
+
+def test_the_survey_script_says_how_far_each_server_gets(tmp_path: Path) -> None:
+    """`scripts/nemo_gym_survey.py` (behind deployments/nemo_gym/SURVEY.md), on one server that replays and one
+    whose package is not installed here, each tried in its own process."""
+    out = tmp_path / "survey.md"
+    command = [sys.executable, "scripts/nemo_gym_survey.py", "--servers", "example_single_tool_call"]
+    command += ["instruction_following", "--out", str(out)]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {line.split("`")[1]: line for line in out.read_text().splitlines() if line.startswith("| `")}
+    assert "| replays | 5 / 5 |" in rows["example_single_tool_call"]
+    assert "| dependencies |" in rows["instruction_following"]
+    assert "verifiable-instructions" in rows["instruction_following"]
+    assert "Counts: replays 1, dependencies 1" in out.read_text()
