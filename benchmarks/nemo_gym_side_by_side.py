@@ -280,7 +280,7 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _command(words: list[str]) -> str:
     """A process's command line for the results, paths cut to their last part (no machine's folders in results)."""
-    return " ".join(Path(w).name if w.startswith("/") else w for w in words)[:80]
+    return re.sub(r"(?<![\w.])/(?:[^\s/]+/)+", "", " ".join(words))[:80]  # /a/b/c -> c, also in --dir=/a/b
 
 
 def main() -> None:
