@@ -46,8 +46,9 @@ def survey_one(server: str) -> dict[str, Any]:
         return {**result, "stage": "dependencies", "error": str(e)}
     try:
         host = NemoGymServer(server)
-    except Exception as e:
-        return {**result, "stage": "build", "error": f"{type(e).__name__}: {e}"}
+    except Exception as e:  # a package it imports only when it starts is still a missing dependency
+        stage = "dependencies" if "is not installed here" in str(e) else "build"
+        return {**result, "stage": stage, "error": f"{type(e).__name__}: {e}"}
     try:
         pairs = recorded_rollouts(server)
     except Exception as e:

@@ -297,6 +297,15 @@ def test_a_server_whose_package_is_missing_fails_at_deploy_time_naming_it() -> N
     assert message.endswith("instruction_following/requirements.txt")
 
 
+def test_a_missing_package_the_reading_of_the_server_misses_is_named_when_it_starts() -> None:
+    """evalplus's server imports `evalplus` where the deploy-time reading does not look: starting the server
+    names the package to install all the same (not a bare ModuleNotFoundError)."""
+    with pytest.raises(EnvError) as e:
+        NemoGymServer("evalplus")
+    assert "NeMo Gym server `evalplus` imports what is not installed here: module `evalplus`: install " in str(e.value)
+    assert "`evalplus==" in str(e.value) and str(e.value).endswith("evalplus/requirements.txt")
+
+
 def test_an_openai_other_than_nemo_gyms_pin_fails_at_deploy_time(monkeypatch: pytest.MonkeyPatch) -> None:
     from gym_serve.environment.nemo_gym import catalog
 

@@ -151,11 +151,7 @@ def check_server(server: str) -> list[str]:
     requirements = _requirements(path)
     missing = _missing_modules(path)
     if missing:
-        wanted = [_package_for(module, requirements) for module in missing]
-        raise EnvError(
-            f"NeMo Gym server `{server}` imports what is not installed here: {'; '.join(wanted)}. "
-            f"Its requirements: {path / 'requirements.txt'}"
-        )
+        raise not_installed(path, missing)
     warnings = []
     for line, requirement in requirements:
         pinned = [s.version for s in requirement.specifier if s.operator == "=="]
@@ -165,6 +161,17 @@ def check_server(server: str) -> list[str]:
         elif pinned and installed not in pinned:
             warnings.append(f"`{server}` pins {line}; {installed} is installed")
     return warnings
+
+
+def not_installed(path: Path, modules: list[str]) -> EnvError:
+    """The error for a server (in folder `path`) that imports `modules`, which are not installed here: each named
+    with the line of the server's `requirements.txt` that provides it, where one does."""
+    requirements = _requirements(path)
+    wanted = [_package_for(module, requirements) for module in modules]
+    return EnvError(
+        f"NeMo Gym server `{path.name}` imports what is not installed here: {'; '.join(wanted)}. "
+        f"Its requirements: {path / 'requirements.txt'}"
+    )
 
 
 def _entrypoint_name(path: Path) -> str:

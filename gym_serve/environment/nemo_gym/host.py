@@ -363,8 +363,11 @@ def _build(server: str, config: dict[str, Any], endpoints: dict[str, str]) -> tu
         head_server_config=BaseServerConfig(host="127.0.0.1", port=0),  # never contacted
         global_config_dict=OmegaConf.create(global_config),
     )
-    instance = cls(config=server_config, server_client=client)
-    app = instance.setup_webserver()
+    try:
+        instance = cls(config=server_config, server_client=client)
+        app = instance.setup_webserver()
+    except ModuleNotFoundError as e:  # some servers import their packages only when they start
+        raise catalog.not_installed(catalog.server_dir(server), [_top_module(e)]) from e
     app.user_middleware = [m for m in app.user_middleware if not _carries_session_cookie(m)]
     instance.setup_liveness(app)
     app.exception_handler(RequestValidationError)(_validation_exception_handler)
@@ -442,7 +445,9 @@ def _contained(server_dir: Any) -> Iterator[None]:
         import nemo_gym  # noqa: F401  (its side effects happen here, and are undone below)
 
         yield
-    except Exception as e:  # a missing module the deploy-time check could not see, a server failing at import
+    except ModuleNotFoundError as e:  # imported where the deploy-time check's reading of the server cannot see
+        raise catalog.not_installed(server_dir, [_top_module(e)]) from e
+    except Exception as e:  # a server failing at import
         raise EnvError(f"cannot import the NeMo Gym server in {server_dir}: {type(e).__name__}: {e}") from e
     finally:
         sys.path[:] = path
@@ -451,6 +456,10 @@ def _contained(server_dir: Any) -> Iterator[None]:
         for key in set(os.environ) - set(environ):
             del os.environ[key]
         os.environ.update(environ)
+
+
+def _top_module(e: ModuleNotFoundError) -> str:
+    return (e.name or str(e)).split(".")[0]
 
 
 def _with_response_defaults(response: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
