@@ -1,7 +1,7 @@
 """The `gym-serve` command line.
 
 `demo` runs the example environments end to end; `up` deploys a Serve config and prints its URLs;
-`collect` writes rollouts for a file of tasks; `profile` and `reverify` work on the files it wrote;
+`collect` writes rollouts for a file of tasks; `profile`, `health` and `reverify` work on the files it wrote;
 `env init` / `env test` scaffold and check an environment; `list` shows the environments and the
 applications running; `bench` runs a benchmark. `gym-serve COMMAND --help` for each.
 
@@ -121,6 +121,20 @@ def _parser() -> argparse.ArgumentParser:
     group.add_argument("--env", help="the environment of every row")
     group.add_argument("--config", help="a Serve config: each row's agent_ref.name names its application")
     rev.set_defaults(func=cmd_reverify)
+
+    health = sub.add_parser("health", help="named health checks over a rollout file: a report, one row per finding")
+    health.add_argument(
+        "rollouts", help="a rollouts JSONL (a collection's <out>_failures.jsonl beside it is read too)"
+    )
+    health.add_argument(
+        "--verify-deadline",
+        type=float,
+        help="verify's deadline in seconds, for rows that do not record theirs (`verify_near_deadline`)",
+    )
+    health.add_argument(
+        "--max-policy-lag", type=int, help="flag rollouts this many policy versions behind the newest seen"
+    )
+    health.set_defaults(func=cmd_health)
 
     env = sub.add_parser("env", help="work on an environment").add_subparsers(required=True, metavar="ACTION")
     env_test = env.add_parser("test", help="check an environment: its data, recordings, and every row through Serve")
@@ -276,6 +290,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         shown = ", ".join(f"{k} {v:.3f}" for k, v in metrics.items() if "/" in k and "std" not in k)
         print(f"{agent}: {shown}")
     print(f"wrote {result['reward_profiling']}\n      {result['aggregate_metrics']}\n      {result['plot']}")
+    print(f"health: {result['health']['headline']}\n      {result['health']['summary']}")
     return 0
 
 
@@ -298,6 +313,15 @@ def cmd_reverify(args: argparse.Namespace) -> int:
         for failure in result["failures"][:SHOWN_BAD_ROWS]:
             print(f"  line {failure['line']}: {failure['kind']}: {failure['error'][:300]}", file=sys.stderr)
         print(f"  (all are in {result['failures_path']})", file=sys.stderr)
+    return 0
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    from gym_serve.analysis.health import health, render
+    from gym_serve.analysis.health_checks import HealthOptions
+
+    options = HealthOptions(verify_deadline_s=args.verify_deadline, max_policy_lag=args.max_policy_lag)
+    print(render(health(args.rollouts, options=options)))
     return 0
 
 
@@ -467,8 +491,10 @@ def _collect(job: CollectJob, label: str = "rollouts") -> CollectSummary:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     from tqdm import tqdm
 
+    from gym_serve.analysis.health_monitor import HealthMonitor
     from gym_serve.collect.driver import RolloutDriver
 
+    monitor = HealthMonitor(job.output_path)
     node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     actor: Any = RolloutDriver  # `@ray.remote` made the class an actor class, which type checkers do not see
     driver = actor.options(scheduling_strategy=node).remote()
@@ -489,6 +515,8 @@ def _collect(job: CollectJob, label: str = "rollouts") -> CollectSummary:
                 reward=f"{reward:.3f}" if reward is not None else "-",
                 refresh=False,
             )
+            for warning in monitor.poll():
+                bar.write(warning, file=sys.stderr)
             if ready:
                 break
     summary = ray.get(pending)

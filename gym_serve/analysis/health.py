@@ -1,0 +1,401 @@
+"""`gym-serve health`: the named checks (`gym_serve.analysis.health_checks`) over a rollout file, as a report.
+
+`HealthRun` is the one engine: `observe` runs the per-rollout checks on a row
+and remembers the little the task and file checks need; `finish` runs those.
+`gym-serve health`, the health section of `gym-serve profile`, the viewer and
+`gym-serve collect`'s live warnings (`HealthMonitor`) all use it.
+
+A report is two files beside the rollouts: `<out>_health.json` (per check: its
+origin, how many rows it could look at, how many it flagged, the rate; the bad
+lines) and `<out>_health_findings.jsonl` (one row per finding: the check, the
+rollout — agent, task, rollout index, file, line — where in it, the evidence).
+A collection's failures (`<out>_failures.jsonl`) are read with its rollouts.
+
+Bad lines never stop it: each is a `record_unreadable` finding with its line
+number. A file in which no line is a rollout is an error that says what the
+file looks like instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from gym_serve.analysis.health_checks import (
+    CHECKS,
+    ROLLOUT_CHECKS,
+    Finding,
+    HealthOptions,
+    RowView,
+    Scope,
+    model_failure,
+)
+from gym_serve.collect.job import failures_path, sibling_path
+from gym_serve.errors import InputError
+from gym_serve.wire.jsonl import JsonlWriter, dumps, scan_jsonl
+
+__all__ = [
+    "CheckCount",
+    "HealthReport",
+    "HealthRun",
+    "finding_line",
+    "headline",
+    "health",
+    "not_a_rollout",
+    "read_rollouts",
+    "render",
+    "rollout_sources",
+]
+
+SHOWN_BAD_LINES = 100
+
+
+class CheckCount(BaseModel):
+    """One check's numbers over a file."""
+
+    id: str
+    origin: str
+    scope: Scope
+    says: str
+    evaluated: int = 0
+    """Rows (or tasks) where the check could look."""
+    flagged: int = 0
+    """Rows (or tasks) with at least one finding."""
+    findings: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.flagged / self.evaluated if self.evaluated else 0.0
+
+
+class HealthReport(BaseModel):
+    """What `health` found: the counts per check, the bad lines, and where the files are."""
+
+    sources: list[str]
+    rows: int
+    rollouts: int
+    failures: int
+    bad_lines: list[dict[str, Any]]
+    checks: list[CheckCount]
+    summary_path: str | None = None
+    findings_path: str | None = None
+    findings: list[Finding] = []
+
+    def summary(self) -> dict[str, Any]:
+        body = self.model_dump(mode="json", exclude={"findings", "checks"})
+        body["bad_lines"] = body["bad_lines"][:SHOWN_BAD_LINES]
+        body["checks"] = {c.id: {**c.model_dump(mode="json", exclude={"id"}), "rate": c.rate} for c in self.checks}
+        return body
+
+
+@dataclass
+class _Seen:
+    """What the task and file checks need of a row, once its body is gone."""
+
+    agent: Any
+    task: Any
+    rollout: Any
+    source: str
+    line: int
+    flagged: bool
+    answered: bool | None
+    """A model call of the rollout returned (None: the row cannot say, e.g. a failure before the model)."""
+    reward: float | None
+    """The reward of a scored (not masked, not failed) rollout."""
+    oldest_version: int | None
+
+
+@dataclass
+class HealthRun:
+    """The checks over a stream of rows: `observe` each row (or `unreadable` each bad line), then `finish`."""
+
+    options: HealthOptions = field(default_factory=HealthOptions)
+    counts: dict[str, CheckCount] = field(default_factory=dict)
+    seen: list[_Seen] = field(default_factory=list)
+    keep_rows: bool = True
+    """Remember each row for `finish` (a live monitor, which never finishes, does not)."""
+    rollouts: int = 0
+    failures: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = {spec.id: CheckCount(**spec.model_dump()) for spec in CHECKS}
+
+    def observe(self, row: dict[str, Any], *, source: str, line: int) -> list[Finding]:
+        """The per-rollout findings of one row (a rollout or a failure row)."""
+        view = RowView.of(row, self.options)
+        identity = _identity(row, source, line)
+        findings: list[Finding] = []
+        raised = []
+        for check, run in ROLLOUT_CHECKS.items():
+            try:
+                found = run(view)
+            except Exception as e:  # noqa: BLE001 - a check's bug is a finding; the other checks go on
+                evidence = {"failed_check": check, "error": repr(e)[:300]}
+                raised.append(Finding(check="check_execution_error", **identity, evidence=evidence))
+                continue
+            if found is None:
+                continue
+            self._count(check, len(found))
+            findings += [Finding(check=check, **identity, locator=loc, evidence=ev) for loc, ev in found]
+        self._count("check_execution_error", len(raised))
+        findings += raised
+        if view.failure is None:
+            self.rollouts += 1
+        else:
+            self.failures += 1
+        if self.keep_rows:
+            self.seen.append(_seen(row, view, identity, flagged=bool(findings)))
+        return findings
+
+    def unreadable(self, source: str, line: int, reason: str) -> Finding:
+        """A line that is not a rollout: a finding with its line number."""
+        self._count("record_unreadable", 1)
+        return Finding(check="record_unreadable", source=source, line=line, evidence={"error": reason})
+
+    def finish(self) -> list[Finding]:
+        """The findings that need the whole file: duplicates, the tasks' checks, the policy lag bound."""
+        self.counts["record_unreadable"].evaluated += len(self.seen)
+        findings = self._duplicates() + self._stale_by_lag()
+        tasks: dict[tuple[Any, Any], dict[Any, _Seen]] = defaultdict(dict)
+        for seen in self.seen:
+            if seen.task is not None:
+                tasks[(seen.agent, seen.task)].setdefault(seen.rollout, seen)
+        for (agent, task), repeats in tasks.items():
+            findings += self._task_checks(agent, task, list(repeats.values()))
+        return findings
+
+    def _count(self, check: str, findings: int, evaluated: int = 1) -> None:
+        count = self.counts[check]
+        count.evaluated += evaluated
+        count.findings += findings
+        count.flagged += 1 if findings else 0
+
+    def _duplicates(self) -> list[Finding]:
+        copies: dict[tuple[Any, Any, Any], list[_Seen]] = defaultdict(list)
+        for seen in self.seen:
+            if seen.task is not None:
+                copies[(seen.agent, seen.task, seen.rollout)].append(seen)
+        self.counts["rollout_duplicate_identity"].evaluated = len(self.seen)
+        findings = []
+        for group in copies.values():
+            if len(group) < 2:
+                continue
+            where = [f"{s.source}:{s.line}" for s in group]
+            for seen in group:
+                self._count("rollout_duplicate_identity", 1, evaluated=0)
+                evidence = {"copies": len(group), "at": where}
+                findings.append(Finding(check="rollout_duplicate_identity", **_seen_identity(seen), evidence=evidence))
+        return findings
+
+    def _stale_by_lag(self) -> list[Finding]:
+        lag = self.options.max_policy_lag
+        versions = [s.oldest_version for s in self.seen if s.oldest_version is not None]
+        if lag is None or not versions:
+            return []
+        newest = max(versions)
+        findings = []
+        for seen in self.seen:
+            if seen.oldest_version is not None and newest - seen.oldest_version > lag:
+                self._count("policy_stale", 1, evaluated=0)
+                evidence = {"policy_version_min": seen.oldest_version, "newest_seen": newest, "max_policy_lag": lag}
+                findings.append(Finding(check="policy_stale", **_seen_identity(seen), evidence=evidence))
+        return findings
+
+    def _task_checks(self, agent: Any, task: Any, repeats: list[_Seen]) -> list[Finding]:
+        identity = {"agent": agent, "task": task, "source": repeats[0].source}
+        findings = []
+        if len(repeats) >= 2:
+            unhealthy = all(seen.flagged for seen in repeats)
+            self._count("task_consistently_unhealthy", int(unhealthy))
+            if unhealthy:
+                evidence = {"repeats": len(repeats)}
+                findings.append(Finding(check="task_consistently_unhealthy", **identity, evidence=evidence))
+        if all(seen.answered is not None for seen in repeats):
+            silent = not any(seen.answered for seen in repeats)
+            self._count("task_no_successful_model_calls", int(silent))
+            if silent:
+                evidence = {"repeats": len(repeats)}
+                findings.append(Finding(check="task_no_successful_model_calls", **identity, evidence=evidence))
+        rewards = [seen.reward for seen in repeats if seen.reward is not None]
+        if len(rewards) >= 2:
+            same = len(set(rewards)) == 1
+            self._count("group_identical_rewards", int(same))
+            if same:
+                same_reward = {"reward": rewards[0], "scored_rollouts": len(rewards)}
+                findings.append(Finding(check="group_identical_rewards", **identity, evidence=same_reward))
+        return findings
+
+
+def _seen(row: dict[str, Any], view: RowView, identity: dict[str, Any], *, flagged: bool) -> _Seen:
+    reward = row.get("reward")
+    scored = view.failure is None and row.get("mask_sample") is not True and isinstance(reward, int | float)
+    oldest = row.get("policy_version_min")
+    return _Seen(
+        agent=identity["agent"],
+        task=identity["task"],
+        rollout=identity["rollout"],
+        source=identity["source"],
+        line=identity["line"],
+        flagged=flagged,
+        answered=bool(view.model_turns) if view.failure is None else (False if model_failure(view) else None),
+        reward=float(reward) if scored else None,  # type: ignore[arg-type]
+        oldest_version=oldest if isinstance(oldest, int) else None,
+    )
+
+
+def _identity(row: dict[str, Any], source: str, line: int) -> dict[str, Any]:
+    agent_ref = row.get("agent_ref")
+    agent = agent_ref.get("name") if isinstance(agent_ref, dict) else None
+    return {
+        "agent": agent if isinstance(agent, str) else None,
+        "task": _index(row.get("_ng_task_index")),
+        "rollout": _index(row.get("_ng_rollout_index")),
+        "source": source,
+        "line": line,
+    }
+
+
+def _index(value: Any) -> int | str | None:
+    return value if isinstance(value, int | str) and not isinstance(value, bool) else None
+
+
+def _seen_identity(seen: _Seen) -> dict[str, Any]:
+    return {"agent": seen.agent, "task": seen.task, "rollout": seen.rollout, "source": seen.source, "line": seen.line}
+
+
+def not_a_rollout(row: dict[str, Any]) -> str | None:
+    """Why a JSON object is not a rollout row, or None if it is one (a finished rollout or a failure row)."""
+    if isinstance(row.get("response"), dict) or "_ng_failure_class" in row:
+        return None
+    if "responses_create_params" in row:
+        return "an input row (it has `responses_create_params` but no `response`): collect it first"
+    return "not a rollout: no `response` object and no `_ng_failure_class`"
+
+
+def rollout_sources(path: str | Path, *, with_failures: bool = True) -> list[Path]:
+    """The rollout file and, for a collection's output, its failures file beside it (if there is one)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("cannot open: no such file" if not path.exists() else "not a file", source=str(path))
+    failures = failures_path(path)
+    return [path, failures] if with_failures and failures.is_file() and failures != path else [path]
+
+
+def read_rollouts(sources: list[Path]) -> Iterator[tuple[str, int, dict[str, Any] | None, str | None]]:
+    """`(source, line, row, None)` for every rollout row, `(source, line, None, why)` for every other line."""
+    for source in sources:
+        for line, row, error in scan_jsonl(source, strict=False):
+            if error is not None or row is None:
+                yield str(source), line, None, (error.reason if error is not None else "unreadable")
+                continue
+            reason = not_a_rollout(row)
+            yield (str(source), line, None, reason) if reason else (str(source), line, row, None)
+
+
+def health(
+    rollouts_path: str | Path, *, options: HealthOptions | None = None, write: bool = True, with_failures: bool = True
+) -> HealthReport:
+    """Run every check over a rollout file and its failures file; write the report beside it unless `write` is off."""
+    sources = rollout_sources(rollouts_path, with_failures=with_failures)
+    run = HealthRun(options or HealthOptions())
+    findings: list[Finding] = []
+    bad: list[dict[str, Any]] = []
+    for source, line, row, reason in read_rollouts(sources):
+        if row is None:
+            findings.append(run.unreadable(source, line, reason or ""))
+            bad.append({"source": source, "line": line, "error": reason})
+        else:
+            findings += run.observe(row, source=source, line=line)
+    if not run.seen:
+        raise InputError(_nothing_readable(bad), source=str(rollouts_path))
+    findings += run.finish()
+    report = HealthReport(
+        sources=[str(s) for s in sources],
+        rows=len(run.seen),
+        rollouts=run.rollouts,
+        failures=run.failures,
+        bad_lines=bad,
+        checks=list(run.counts.values()),
+        findings=findings,
+    )
+    if write:
+        _write(report, Path(rollouts_path))
+    return report
+
+
+def _nothing_readable(bad: list[dict[str, Any]]) -> str:
+    if not bad:
+        return "not a rollouts file: it holds no rows (it is empty, or only blank lines)"
+    first = bad[0]
+    return f"not a rollouts file: none of its {len(bad)} line(s) is a rollout (line {first['line']}: {first['error']})"
+
+
+def _write(report: HealthReport, rollouts_path: Path) -> None:
+    summary_path = sibling_path(rollouts_path, "health.json")
+    findings_path = sibling_path(rollouts_path, "health_findings.jsonl")
+    report.summary_path, report.findings_path = str(summary_path), str(findings_path)
+    with JsonlWriter(findings_path, append=False, flush=False) as out:
+        for finding in report.findings:
+            out.write(finding.model_dump(mode="json", exclude_none=True))
+    summary_path.write_text(json.dumps(report.summary(), indent=2) + "\n")
+
+
+def finding_line(finding: Finding) -> str:
+    """One finding as a line of text: `check: agent task 3 rollout 1 (file:line) turn 2: evidence`."""
+    who = " ".join(
+        part
+        for part in (
+            finding.agent or "",
+            f"task {finding.task}" if finding.task is not None else "",
+            f"rollout {finding.rollout}" if finding.rollout is not None else "",
+        )
+        if part
+    )
+    where = f"{Path(finding.source).name}:{finding.line}" if finding.source and finding.line else ""
+    locator = " ".join(f"{k} {v}" for k, v in (finding.locator or {}).items())
+    head = " ".join(part for part in (who, f"({where})" if where else "", locator) if part)
+    return f"{finding.check}: {head}: {dumps(finding.evidence).decode()[:300]}"
+
+
+SHOWN_FINDINGS = 3
+
+
+def headline(report: HealthReport) -> str:
+    """One line: which checks found something, and how often."""
+    flagged = [f"{c.id} {c.flagged}/{c.evaluated}" for c in report.checks if c.findings]
+    bad = f"; {len(report.bad_lines)} bad line(s)" if report.bad_lines else ""
+    return (
+        f"{len(flagged)} of {len(CHECKS)} checks with findings: " + ", ".join(flagged) if flagged else "no findings"
+    ) + bad
+
+
+def render(report: HealthReport) -> str:
+    """The report as the terminal shows it: the checks that found something, a few findings each, the bad lines."""
+    flagged = [c for c in report.checks if c.findings]
+    lines = [
+        f"rows: {report.rows} ({report.rollouts} rollouts, {report.failures} failures) from "
+        + ", ".join(Path(s).name for s in report.sources)
+        + (f"; {len(report.bad_lines)} bad line(s)" if report.bad_lines else ""),
+        f"{len(CHECKS)} checks, {len(flagged)} with findings" + (":" if flagged else "; nothing to report"),
+    ]
+    if flagged:
+        lines.append(f"  {'check':<36} {'from':<9} {'looked at':>9} {'flagged':>8} {'rate':>7}")
+        lines += [
+            f"  {c.id:<36} {c.origin:<9} {c.evaluated:>9} {c.flagged:>8} {c.rate:>7.1%}  {c.says}" for c in flagged
+        ]
+    for check in flagged:
+        shown = [f for f in report.findings if f.check == check.id][:SHOWN_FINDINGS]
+        lines += [f"  {finding_line(f)}" for f in shown]
+    for bad in report.bad_lines[:SHOWN_FINDINGS]:
+        lines.append(f"  bad line: {bad['source']}, line {bad['line']}: {bad['error']}")
+    if len(report.bad_lines) > SHOWN_FINDINGS:
+        lines.append(f"  (and {len(report.bad_lines) - SHOWN_FINDINGS} more bad lines)")
+    if report.summary_path:
+        lines.append(f"wrote {report.summary_path}\n      {report.findings_path}")
+    return "\n".join(lines)
