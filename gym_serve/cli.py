@@ -150,6 +150,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.set_defaults(func=cmd_export)
 
+    view = sub.add_parser("view", help="see the rollouts of a file in the browser (a local web page)")
+    view.add_argument("rollouts", help="a rollouts JSONL (a collection's <out>_failures.jsonl beside it is read too)")
+    view.add_argument(
+        "--profile", help="`gym-serve profile`'s <rollouts>_aggregate_metrics.json (default: the one beside the file)"
+    )
+    view.add_argument("--port", type=int, default=0, help="the port on 127.0.0.1 (default: a free one)")
+    view.set_defaults(func=cmd_view)
+
     env = sub.add_parser("env", help="work on an environment").add_subparsers(required=True, metavar="ACTION")
     env_test = env.add_parser("test", help="check an environment: its data, recordings, and every row through Serve")
     env_test.add_argument(
@@ -357,6 +365,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"gym-serve: {len(result.errors)} row(s) not written:", file=sys.stderr)
         for error in result.errors[:SHOWN_BAD_ROWS]:
             print(f"  {error}", file=sys.stderr)
+    return 0
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from gym_serve.viewer.server import view
+
+    view(args.rollouts, port=args.port, profile=args.profile)
     return 0
 
 

@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -38,12 +38,13 @@ from gym_serve.analysis.health_checks import (
 )
 from gym_serve.collect.job import failures_path, sibling_path
 from gym_serve.errors import InputError
-from gym_serve.wire.jsonl import JsonlWriter, dumps, scan_jsonl
+from gym_serve.wire.jsonl import JsonlWriter, dumps, scan_jsonl_spans
 
 __all__ = [
     "CheckCount",
     "HealthReport",
     "HealthRun",
+    "Line",
     "finding_line",
     "headline",
     "health",
@@ -287,15 +288,23 @@ def rollout_sources(path: str | Path, *, with_failures: bool = True) -> list[Pat
     return [path, failures] if with_failures and failures.is_file() and failures != path else [path]
 
 
-def read_rollouts(sources: list[Path]) -> Iterator[tuple[str, int, dict[str, Any] | None, str | None]]:
-    """`(source, line, row, None)` for every rollout row, `(source, line, None, why)` for every other line."""
+class Line(NamedTuple):
+    """One line of a rollout file: the row, or why it is not one; where it is, to read it again."""
+
+    source: str
+    number: int
+    offset: int
+    length: int
+    row: dict[str, Any] | None
+    reason: str | None
+
+
+def read_rollouts(sources: list[Path]) -> Iterator[Line]:
+    """Every line of the files: a rollout row (a finished rollout or a failure row), or why the line is none."""
     for source in sources:
-        for line, row, error in scan_jsonl(source, strict=False):
-            if error is not None or row is None:
-                yield str(source), line, None, (error.reason if error is not None else "unreadable")
-                continue
-            reason = not_a_rollout(row)
-            yield (str(source), line, None, reason) if reason else (str(source), line, row, None)
+        for number, offset, length, row, error in scan_jsonl_spans(source, strict=False):
+            reason = (error.reason if error is not None else "unreadable") if row is None else not_a_rollout(row)
+            yield Line(str(source), number, offset, length, None if reason else row, reason)
 
 
 def health(
@@ -306,12 +315,12 @@ def health(
     run = HealthRun(options or HealthOptions())
     findings: list[Finding] = []
     bad: list[dict[str, Any]] = []
-    for source, line, row, reason in read_rollouts(sources):
-        if row is None:
-            findings.append(run.unreadable(source, line, reason or ""))
-            bad.append({"source": source, "line": line, "error": reason})
+    for line in read_rollouts(sources):
+        if line.row is None:
+            findings.append(run.unreadable(line.source, line.number, line.reason or ""))
+            bad.append({"source": line.source, "line": line.number, "error": line.reason})
         else:
-            findings += run.observe(row, source=source, line=line)
+            findings += run.observe(line.row, source=line.source, line=line.number)
     if not run.seen:
         raise InputError(_nothing_readable(bad), source=str(rollouts_path))
     findings += run.finish()
