@@ -10,6 +10,7 @@ and assert what the pages show. Screenshots of the pages land in
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -85,13 +87,17 @@ def url(rollouts: Path) -> Iterator[str]:
     assert proc.stdout is not None
     seen = []
     try:
-        for line in proc.stdout:
+        for line in proc.stdout:  # it serves at once, and says when the index is built
             seen.append(line)
-            if found := re.search(r"Serving the rollout viewer at (http://127\.0\.0\.1:\d+/)", line):
+            if line.startswith("Indexed"):
                 break
         else:
-            pytest.fail(f"`gym-serve view` stopped before serving:\n{''.join(seen)}")
-        assert re.match(r"Indexed \d+ rollouts \(\d+ tasks\) of .*; 2 bad line\(s\) listed on the page", seen[0])
+            pytest.fail(f"`gym-serve view` stopped before it indexed the file:\n{''.join(seen)}")
+        found = re.search(r"Serving the rollout viewer at (http://127\.0\.0\.1:\d+/)", "".join(seen))
+        assert found, seen
+        assert re.match(
+            r"Indexed \d+ rollouts \(\d+ tasks\) in [\d.]+ s; 2 bad line\(s\) listed on the page", seen[-1]
+        )
         yield found[1]
     finally:
         proc.send_signal(signal.SIGINT)
@@ -294,3 +300,26 @@ def test_the_index_is_kept_and_used_again_until_the_file_changes(rollouts: Path,
     with scratch.open("a") as handle:
         handle.write(json.dumps(episode(9, 0, 1.0)) + "\n")
     assert len(RolloutIndex.open(scratch)) == len(first) + 1, "a changed file is indexed again"
+
+
+def test_until_the_index_is_built_every_page_says_how_far_it_got(rollouts: Path) -> None:
+    """The app in this process, on a real server, while the state says 20 of 50 MB are read (then a failure)."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from gym_serve.viewer.server import Indexing, build_app
+
+    state = Indexing(source=str(rollouts), total_bytes=50_000_000, done_bytes=20_000_000)
+
+    async def pages() -> None:
+        async with TestClient(TestServer(build_app(state))) as client:
+            for path in ("/", "/task?agent=a&task=1", "/rollout/3"):
+                response = await client.get(path)
+                page = await response.text()
+                assert response.status == 503 and response.headers["Retry-After"] == "1"
+                assert "20.0 of 50.0 MB read" in page and '<meta http-equiv="refresh" content="1">' in page
+            state.error = "OSError: <disk> went away"
+            page = await (await client.get("/")).text()
+            assert "Indexing failed" in page and "OSError: &lt;disk&gt; went away" in page
+
+    with ThreadPoolExecutor(1) as thread:  # its own event loop, apart from Playwright's in this thread
+        thread.submit(asyncio.run, pages()).result()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -49,6 +49,7 @@ __all__ = [
     "headline",
     "health",
     "not_a_rollout",
+    "nothing_readable",
     "read_rollouts",
     "render",
     "rollout_sources",
@@ -57,8 +58,9 @@ __all__ = [
 SHOWN_BAD_LINES = 100
 
 
-class CheckCount(BaseModel):
-    """One check's numbers over a file."""
+@dataclass(slots=True)
+class CheckCount:
+    """One check's numbers over a file (a plain dataclass: it is counted up for every row)."""
 
     id: str
     origin: str
@@ -73,6 +75,9 @@ class CheckCount(BaseModel):
     @property
     def rate(self) -> float:
         return self.flagged / self.evaluated if self.evaluated else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: str(value) if name == "scope" else value for name, value in asdict(self).items()}
 
 
 class HealthReport(BaseModel):
@@ -91,7 +96,7 @@ class HealthReport(BaseModel):
     def summary(self) -> dict[str, Any]:
         body = self.model_dump(mode="json", exclude={"findings", "checks"})
         body["bad_lines"] = body["bad_lines"][:SHOWN_BAD_LINES]
-        body["checks"] = {c.id: {**c.model_dump(mode="json", exclude={"id"}), "rate": c.rate} for c in self.checks}
+        body["checks"] = {c.id: {**c.as_dict(), "rate": c.rate} for c in self.checks}
         return body
 
 
@@ -125,7 +130,7 @@ class HealthRun:
     failures: int = 0
 
     def __post_init__(self) -> None:
-        self.counts = {spec.id: CheckCount(**spec.model_dump()) for spec in CHECKS}
+        self.counts = {spec.id: CheckCount(spec.id, spec.origin, spec.scope, spec.says) for spec in CHECKS}
 
     def observe(self, row: dict[str, Any], *, source: str, line: int) -> list[Finding]:
         """The per-rollout findings of one row (a rollout or a failure row)."""
@@ -322,7 +327,7 @@ def health(
         else:
             findings += run.observe(line.row, source=line.source, line=line.number)
     if not run.seen:
-        raise InputError(_nothing_readable(bad), source=str(rollouts_path))
+        raise InputError(nothing_readable(bad), source=str(rollouts_path))
     findings += run.finish()
     report = HealthReport(
         sources=[str(s) for s in sources],
@@ -338,7 +343,8 @@ def health(
     return report
 
 
-def _nothing_readable(bad: list[dict[str, Any]]) -> str:
+def nothing_readable(bad: list[dict[str, Any]]) -> str:
+    """What a file that holds no rollout is, from its bad lines (`{"line", "error"}` each)."""
     if not bad:
         return "not a rollouts file: it holds no rows (it is empty, or only blank lines)"
     first = bad[0]

@@ -16,19 +16,20 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from gym_serve.analysis.health import HealthRun, read_rollouts, rollout_sources
+from gym_serve.analysis.health import HealthRun, nothing_readable, read_rollouts, rollout_sources
 from gym_serve.analysis.metrics import pass_at_k
 from gym_serve.collect.job import sibling_path
 from gym_serve.errors import InputError
 from gym_serve.wire.turns import split_turns
 
-__all__ = ["RolloutIndex", "Task"]
+__all__ = ["RolloutIndex", "Task", "unreadable"]
 
 VERSION = 1
 PASS = 1.0
@@ -85,36 +86,44 @@ class RolloutIndex:
     # ---- building, keeping, loading ------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, rollouts_path: str | Path, *, keep: bool = True) -> RolloutIndex:
-        """The index of a rollout file (and its failures file): the kept one if still valid, else built (and kept)."""
+    def kept(cls, rollouts_path: str | Path) -> RolloutIndex | None:
+        """The index kept beside the file, if it was built from the files as they are now."""
+        path = sibling_path(rollouts_path, "viewer_index.json")
+        return cls._load(path, rollout_sources(rollouts_path)) if path.is_file() else None
+
+    @classmethod
+    def open(cls, rollouts_path: str | Path, *, progress: Callable[[int], None] | None = None) -> RolloutIndex:
+        """The index of a rollout file (and its failures file): the kept one if still valid, else built and kept.
+
+        `progress` hears the bytes read so far while it builds.
+        """
+        index = cls.kept(rollouts_path)
+        if index is not None:
+            return index
         sources = rollout_sources(rollouts_path)
-        kept = sibling_path(rollouts_path, "viewer_index.json")
-        if kept.is_file():
-            index = cls._load(kept, sources)
-            if index is not None:
-                return index
-        index = cls.build(sources)
+        index = cls.build(sources, progress=progress)
         if not len(index):
-            raise InputError(index._nothing_readable(), source=str(rollouts_path))
-        if keep:
-            try:
-                kept.write_bytes(orjson.dumps(index._state(sources)))
-            except OSError:
-                pass  # a read-only folder: the next start builds it again
+            raise InputError(nothing_readable(index.bad_lines), source=str(rollouts_path))
+        try:
+            sibling_path(rollouts_path, "viewer_index.json").write_bytes(orjson.dumps(index._state(sources)))
+        except OSError:
+            pass  # a read-only folder: the next start builds it again
         return index
 
     @classmethod
-    def build(cls, sources: list[Path]) -> RolloutIndex:
+    def build(cls, sources: list[Path], *, progress: Callable[[int], None] | None = None) -> RolloutIndex:
         index = cls([str(s) for s in sources])
         run = HealthRun()
         where: dict[tuple[str | None, int | None], int] = {}
+        before = {str(s): sum(p.stat().st_size for p in sources[:n]) for n, s in enumerate(sources)}
         for line in read_rollouts(sources):
+            if progress is not None and line.number % 2000 == 0:
+                progress(before[line.source] + line.offset)
             if line.row is None:
                 run.unreadable(line.source, line.number, line.reason or "")
                 index.bad_lines.append({"source": line.source, "line": line.number, "error": line.reason})
                 continue
-            rid = len(index)
-            where[(line.source, line.number)] = rid
+            where[(line.source, line.number)] = len(index)
             checks = sorted({f.check for f in run.observe(line.row, source=line.source, line=line.number)})
             index._add(index.sources.index(line.source), line.offset, line.length, line.number, line.row, checks)
         for finding in run.finish():
@@ -122,7 +131,7 @@ class RolloutIndex:
                 index.columns["checks"][where[(finding.source, finding.line)]].append(finding.check)
             else:
                 index.task_checks[(finding.agent or "", _task_key(finding.task))].append(finding.check)
-        index.check_counts = {c.id: c.model_dump(mode="json") for c in run.counts.values()}
+        index.check_counts = {c.id: c.as_dict() for c in run.counts.values()}
         return index
 
     def _add(self, source: int, offset: int, length: int, line: int, row: dict[str, Any], checks: list[str]) -> None:
@@ -176,15 +185,6 @@ class RolloutIndex:
         index.bad_lines, index.check_counts = state["bad_lines"], state["check_counts"]
         return index
 
-    def _nothing_readable(self) -> str:
-        if not self.bad_lines:
-            return "not a rollouts file: it holds no rows (it is empty, or only blank lines)"
-        first = self.bad_lines[0]
-        return (
-            f"not a rollouts file: none of its {len(self.bad_lines)} line(s) is a rollout "
-            f"(line {first['line']}: {first['error']})"
-        )
-
     # ---- reading -------------------------------------------------------------------------------------------
 
     def row(self, rid: int) -> dict[str, Any]:
@@ -223,6 +223,16 @@ class RolloutIndex:
         for rid in task.rids:
             task.checks.update(self.columns["checks"][rid])
         task.checks.update(task_checks)
+
+
+def unreadable(rollouts_path: str | Path) -> str | None:
+    """Why the file holds no rollout, or None as soon as a line is one (a rollout file is not read to its end)."""
+    bad: list[dict[str, Any]] = []
+    for line in read_rollouts(rollout_sources(rollouts_path)):
+        if line.row is not None:
+            return None
+        bad.append({"line": line.number, "error": line.reason})
+    return nothing_readable(bad)
 
 
 def _task_key(value: Any) -> int | str:

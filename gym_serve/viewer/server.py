@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -27,14 +29,14 @@ from urllib.parse import urlencode
 import jinja2
 from aiohttp import web
 
-from gym_serve.analysis.health import HealthRun
+from gym_serve.analysis.health import HealthRun, rollout_sources
 from gym_serve.analysis.health_checks import CHECKS, HealthOptions, RowView
 from gym_serve.errors import InputError
 from gym_serve.viewer import conversation, plots
-from gym_serve.viewer.index import RolloutIndex
+from gym_serve.viewer.index import RolloutIndex, unreadable
 from gym_serve.viewer.query import TaskQuery, page_of, select
 
-__all__ = ["build_app", "start", "view"]
+__all__ = ["Indexing", "build_app", "start", "view"]
 
 TEXT_LIMIT = 4_000
 """Characters of one text a rollout page shows; the rest is a link away."""
@@ -50,14 +52,27 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
-INDEX = web.AppKey("index", RolloutIndex)
 PROFILE = web.AppKey("profile", list)
 TEMPLATES = web.AppKey("templates", jinja2.Environment)
 
 
-def build_app(index: RolloutIndex, profile: list[dict[str, Any]] | None = None) -> web.Application:
+@dataclass
+class Indexing:
+    """The index being built (or built): the pages wait on it, showing how far it got."""
+
+    source: str
+    total_bytes: int = 0
+    done_bytes: int = 0
+    index: RolloutIndex | None = None
+    error: str | None = None
+
+
+STATE = web.AppKey("state", Indexing)
+
+
+def build_app(state: Indexing, profile: list[dict[str, Any]] | None = None) -> web.Application:
     app = web.Application(middlewares=[_headers])
-    app[INDEX], app[PROFILE] = index, profile or []
+    app[STATE], app[PROFILE] = state, profile or []
     app[TEMPLATES] = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
         autoescape=True,
@@ -79,6 +94,9 @@ async def _headers(request: web.Request, handler: Any) -> web.StreamResponse:
         response = await handler(request)
     except web.HTTPNotFound:
         response = _render(request, "error.html", status=404, title="Not found", message=f"No page at {request.path}.")
+    except _StillIndexing as e:
+        response = _render(request, "indexing.html", status=503, state=e.state)
+        response.headers["Retry-After"] = "1"
     except _NotFound as e:
         response = _render(request, "error.html", status=404, title="Not found", message=str(e))
     except Exception as e:  # a row the pages cannot draw: say which and why, on the page, and go on serving
@@ -93,15 +111,28 @@ class _NotFound(Exception):
     """Raised by a page asked for something the file does not hold."""
 
 
+class _StillIndexing(Exception):
+    """Raised by a page asked for before the index is built."""
+
+    def __init__(self, state: Indexing) -> None:
+        self.state = state
+
+
+def _index(request: web.Request) -> RolloutIndex:
+    state = request.app[STATE]
+    if state.index is None:
+        raise _StillIndexing(state)
+    return state.index
+
+
 def _render(request: web.Request, template: str, *, status: int = 200, **context: Any) -> web.Response:
-    index = request.app[INDEX]
-    page = request.app[TEMPLATES].get_template(template).render(source=index.sources[0], **context)
+    page = request.app[TEMPLATES].get_template(template).render(source=request.app[STATE].source, **context)
     return web.Response(text=page, content_type="text/html", status=status)
 
 
 def _rid(request: web.Request, name: str = "rid") -> int:
     raw = request.match_info.get(name) or request.query.get(name, "")
-    index = request.app[INDEX]
+    index = _index(request)
     if not raw.isdigit() or int(raw) >= len(index):
         raise _NotFound(f"No rollout {raw!r}: this file holds rollouts 0 to {len(index) - 1}.")
     return int(raw)
@@ -119,7 +150,7 @@ def _summary(index: RolloutIndex, rid: int) -> dict[str, Any]:
 
 
 async def tasks_page(request: web.Request) -> web.Response:
-    index = request.app[INDEX]
+    index = _index(request)
     query = TaskQuery.from_params(request.query)
     tasks = index.tasks()
     page = select(tasks, query)
@@ -146,7 +177,7 @@ async def tasks_page(request: web.Request) -> web.Response:
 
 
 async def task_page(request: web.Request) -> web.Response:
-    index = request.app[INDEX]
+    index = _index(request)
     agent, raw_task = request.query.get("agent", ""), request.query.get("task", "")
     task = next((t for t in index.tasks() if t.agent == agent and str(t.task) == raw_task), None)
     if task is None:
@@ -167,7 +198,7 @@ async def task_page(request: web.Request) -> web.Response:
 
 
 async def diff_page(request: web.Request) -> web.Response:
-    index = request.app[INDEX]
+    index = _index(request)
     a, b = _rid(request, "a"), _rid(request, "b")
     lines = await asyncio.to_thread(conversation.diff, index.row(a), index.row(b))
     return _render(request, "diff.html", a=_summary(index, a), b=_summary(index, b), lines=lines,
@@ -175,7 +206,7 @@ async def diff_page(request: web.Request) -> web.Response:
 
 
 async def rollout_page(request: web.Request) -> web.Response:
-    index = request.app[INDEX]
+    index = _index(request)
     rid = _rid(request)
     row = await asyncio.to_thread(index.row, rid)
     number = int(request.query.get("page", "1")) if request.query.get("page", "1").isdigit() else 1
@@ -238,7 +269,7 @@ def _tokens(usage: Any) -> dict[str, Any] | None:
 
 
 async def whole_text(request: web.Request) -> web.Response:
-    index = request.app[INDEX]
+    index = _index(request)
     rid = _rid(request)
     row = await asyncio.to_thread(index.row, rid)
     where = request.match_info["where"]
@@ -255,7 +286,7 @@ async def whole_text(request: web.Request) -> web.Response:
 
 
 async def findings_page(request: web.Request) -> web.Response:
-    index = request.app[INDEX]
+    index = _index(request)
     check = request.query.get("check", "")
     if check not in {c.id for c in CHECKS}:
         raise _NotFound(f"No check {check!r}; the checks are: {', '.join(c.id for c in CHECKS)}.")
@@ -282,24 +313,46 @@ async def start(app: web.Application, port: int = 0) -> tuple[web.AppRunner, str
 
 
 def view(rollouts_path: str, *, port: int = 0, profile: str | None = None) -> None:
-    """Index the file, serve the viewer, print its address; until Ctrl-C."""
-    started = time.perf_counter()
-    index = RolloutIndex.open(rollouts_path)
-    tasks = len(index.tasks())
-    took = time.perf_counter() - started
-    bad = f"; {len(index.bad_lines)} bad line(s) listed on the page" if index.bad_lines else ""
-    print(f"Indexed {len(index):,} rollouts ({tasks:,} tasks) of {rollouts_path} in {took:.1f} s{bad}", flush=True)
-    app = build_app(index, _profile(rollouts_path, profile))
+    """Serve the viewer and print its address at once; index the file (unless its index is kept) meanwhile.
+
+    Until the index is built every page says how far it got, and reloads itself.
+    """
+    state = Indexing(source=rollouts_path, index=RolloutIndex.kept(rollouts_path))
+    if state.index is None and (why := unreadable(rollouts_path)) is not None:
+        raise InputError(why, source=rollouts_path)
+    app = build_app(state, _profile(rollouts_path, profile))
 
     async def serve() -> None:
         runner, url = await start(app, port)
         print(f"Serving the rollout viewer at {url} (Ctrl-C to stop)", flush=True)
         try:
+            await _indexed(state, rollouts_path)
             await asyncio.Event().wait()
         finally:
             await runner.cleanup()
 
     asyncio.run(serve())
+
+
+async def _indexed(state: Indexing, rollouts_path: str) -> None:
+    started = time.perf_counter()
+    if state.index is None:
+        state.total_bytes = sum(path.stat().st_size for path in rollout_sources(rollouts_path))
+        print(f"Indexing {state.total_bytes / 1e6:,.1f} MB (kept beside the file for the next start)...", flush=True)
+
+        def progress(done: int) -> None:
+            state.done_bytes = done
+
+        try:
+            state.index = await asyncio.to_thread(RolloutIndex.open, rollouts_path, progress=progress)
+        except Exception as e:  # shown on every page, and here
+            state.error = f"{type(e).__name__}: {e}"
+            print(f"gym-serve: error: indexing failed: {state.error}", file=sys.stderr, flush=True)
+            return
+    index = state.index
+    took = time.perf_counter() - started
+    bad = f"; {len(index.bad_lines)} bad line(s) listed on the page" if index.bad_lines else ""
+    print(f"Indexed {len(index):,} rollouts ({len(index.tasks()):,} tasks) in {took:.1f} s{bad}", flush=True)
 
 
 def _profile(rollouts_path: str, given: str | None) -> list[dict[str, Any]]:
