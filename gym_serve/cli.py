@@ -339,8 +339,8 @@ def cmd_reverify(args: argparse.Namespace) -> int:
 
 
 def cmd_health(args: argparse.Namespace) -> int:
-    from gym_serve.analysis.health import health, render
     from gym_serve.analysis.health_checks import HealthOptions
+    from gym_serve.analysis.health_report import health, render
 
     options = HealthOptions(verify_deadline_s=args.verify_deadline, max_policy_lag=args.max_policy_lag)
     print(render(health(args.rollouts, options=options)))

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from gym_serve.analysis import health_checks
-from gym_serve.analysis.health import health
 from gym_serve.analysis.health_checks import CHECKS, HealthOptions
 from gym_serve.analysis.health_monitor import HealthMonitor
+from gym_serve.analysis.health_report import health
 from gym_serve.errors import InputError
 from gym_serve.testing.fixtures import example_rows
 from tests.conftest import REPO

@@ -323,3 +323,35 @@ def test_until_the_index_is_built_every_page_says_how_far_it_got(rollouts: Path)
 
     with ThreadPoolExecutor(1) as thread:  # its own event loop, apart from Playwright's in this thread
         thread.submit(asyncio.run, pages()).result()
+
+
+def test_the_profile_beside_the_file_is_shown_and_a_wrong_one_named(tmp_path: Path) -> None:
+    """`gym-serve profile` writes `<rollouts>_aggregate_metrics.json`; the task table shows its key metrics."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from gym_serve.analysis.profiling import profile
+    from gym_serve.errors import InputError
+    from gym_serve.viewer.index import RolloutIndex
+    from gym_serve.viewer.server import Indexing, _profile, build_app
+
+    rows = clean_rows()[:6]
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    inputs = tmp_path / "rollouts_materialized_inputs.jsonl"
+    inputs.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "response"}) + "\n" for r in rows))
+    profile(path)
+    shown = _profile(str(path), None)
+    assert shown[0]["agent"] == AGENT and "pass@1[avg-of-2]/accuracy" in shown[0]["metrics"]
+    state = Indexing(source=str(path), index=RolloutIndex.open(path))
+
+    async def page() -> str:
+        async with TestClient(TestServer(build_app(state, shown))) as client:
+            return await (await client.get("/")).text()
+
+    with ThreadPoolExecutor(1) as thread:
+        text = thread.submit(asyncio.run, page()).result()
+    assert "<h2>Profile</h2>" in text and "pass@1[avg-of-2]/accuracy <b>50.00</b>" in text
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text('{"not": "a profile"}')
+    with pytest.raises(InputError, match="not a profile's aggregate metrics"):
+        _profile(str(path), str(wrong))

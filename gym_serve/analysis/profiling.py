@@ -28,7 +28,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from gym_serve.analysis.health import headline, health
+from gym_serve.analysis.health_report import headline, health
 from gym_serve.analysis.metrics import numeric_fields, pass_metrics, summary_stats
 from gym_serve.collect.job import Key, sibling_path
 from gym_serve.environment.core import Environment

@@ -99,6 +99,8 @@ async def _headers(request: web.Request, handler: Any) -> web.StreamResponse:
         response.headers["Retry-After"] = "1"
     except _NotFound as e:
         response = _render(request, "error.html", status=404, title="Not found", message=str(e))
+    except web.HTTPException:
+        raise
     except Exception as e:  # a row the pages cannot draw: say which and why, on the page, and go on serving
         logging.getLogger(__name__).exception("viewer: %s failed", request.path_qs)
         message = f"{request.path_qs} failed: {type(e).__name__}: {e}"
@@ -128,6 +130,11 @@ def _index(request: web.Request) -> RolloutIndex:
 def _render(request: web.Request, template: str, *, status: int = 200, **context: Any) -> web.Response:
     page = request.app[TEMPLATES].get_template(template).render(source=request.app[STATE].source, **context)
     return web.Response(text=page, content_type="text/html", status=status)
+
+
+def _page_number(request: web.Request) -> int:
+    raw = request.query.get("page", "1")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else 1
 
 
 def _rid(request: web.Request, name: str = "rid") -> int:
@@ -182,7 +189,7 @@ async def task_page(request: web.Request) -> web.Response:
     task = next((t for t in index.tasks() if t.agent == agent and str(t.task) == raw_task), None)
     if task is None:
         raise _NotFound(f"No task {raw_task!r} of agent {agent!r} in this file.")
-    number = int(request.query.get("page", "1")) if request.query.get("page", "1").isdigit() else 1
+    number = _page_number(request)
     page = page_of(task.rids, number, SIDE_BY_SIDE)
     columns = []
     for rid in page.items:
@@ -209,7 +216,7 @@ async def rollout_page(request: web.Request) -> web.Response:
     index = _index(request)
     rid = _rid(request)
     row = await asyncio.to_thread(index.row, rid)
-    number = int(request.query.get("page", "1")) if request.query.get("page", "1").isdigit() else 1
+    number = _page_number(request)
     first = (number - 1) * TURNS_PER_PAGE
     turns, total = conversation.turn_views(row, TEXT_LIMIT, lambda w: _text_url(rid, w), first=first,
                                            count=TURNS_PER_PAGE)  # fmt: skip
@@ -292,7 +299,7 @@ async def findings_page(request: web.Request) -> web.Response:
         raise _NotFound(f"No check {check!r}; the checks are: {', '.join(c.id for c in CHECKS)}.")
     rids = [rid for rid, checks in enumerate(index["checks"]) if check in checks]
     tasks = [t for t in index.tasks() if check in index.task_checks.get((t.agent, t.task), [])]
-    number = int(request.query.get("page", "1")) if request.query.get("page", "1").isdigit() else 1
+    number = _page_number(request)
     page = page_of(rids, number, FINDINGS_PER_PAGE)
     spec = next(c for c in CHECKS if c.id == check)
     return _render(request, "findings.html", spec=spec, page=page, tasks=tasks,
