@@ -159,6 +159,11 @@ def test_the_monitor_warns_once_when_a_rate_passes_its_threshold(tmp_path: Path)
     with out.open("a") as handle:
         handle.write(json.dumps(hollow) + "\n")
     assert monitor.poll() == [], "said once"
+    huge = row(20, 0, 1.0, [message("x" * (9 << 20))], usage={"input_tokens": 3, "output_tokens": 1})
+    with out.open("a") as handle:  # a row longer than what one poll reads at a time
+        handle.write(json.dumps(huge) + "\n" + json.dumps(episode(21, 0, 1.0)) + "\n")
+    monitor.poll()
+    assert monitor._run.counts["agent_turn_hollow"].evaluated == 23, "read through the long row and the next"
 
 
 @pytest.mark.serve

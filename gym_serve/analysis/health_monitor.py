@@ -22,6 +22,8 @@ __all__ = ["MIN_ROWS", "WARN_RATE", "HealthMonitor"]
 
 WARN_RATE = 0.05
 MIN_ROWS = 20
+CHUNK = 4 << 20
+"""Bytes read per file per poll: a resumed collection's earlier rows are caught up with a piece at a time."""
 
 
 class HealthMonitor:
@@ -57,7 +59,9 @@ class HealthMonitor:
         try:
             with path.open("rb") as handle:
                 handle.seek(self._offsets[path])
-                chunk = handle.read()
+                chunk = handle.read(CHUNK)
+                while b"\n" not in chunk and (more := handle.read(CHUNK)):  # one row longer than a chunk
+                    chunk += more
         except FileNotFoundError:
             return []
         complete = chunk[: chunk.rfind(b"\n") + 1]
