@@ -1,9 +1,9 @@
 """The `gym-serve` command line.
 
 `demo` runs the example environments end to end; `up` deploys a Serve config and prints its URLs;
-`collect` writes rollouts for a file of tasks; `profile` and `reverify` work on the files it wrote;
-`env init` / `env test` scaffold and check an environment; `list` shows the environments and the
-applications running; `bench` runs a benchmark. `gym-serve COMMAND --help` for each.
+`collect` writes rollouts for a file of tasks; `profile`, `health`, `export`, `reverify` and `view` work
+on the files it wrote; `env init` / `env test` scaffold and check an environment; `list` shows the
+environments and the applications running; `bench` runs a benchmark. `gym-serve COMMAND --help` for each.
 
 Over 400 lines: the parser and one short function per command, each reading its arguments and calling
 the layer that does the work; a command that grows logic of its own moves it into that layer.
@@ -116,11 +116,47 @@ def _parser() -> argparse.ArgumentParser:
     prof.set_defaults(func=cmd_profile)
 
     rev = sub.add_parser("reverify", help="re-score stored rollouts with the current verifiers (no model calls)")
-    rev.add_argument("--rollouts", required=True, help="the rollouts JSONL to re-score")
+    rev.add_argument("--rollouts", required=True, help="the rollouts JSONL to re-score, or an ATIF export of one")
+    rev.add_argument("--inputs", help="materialized inputs: the task rows of ATIF trajectories another exporter wrote")
     group = rev.add_mutually_exclusive_group(required=True)
     group.add_argument("--env", help="the environment of every row")
     group.add_argument("--config", help="a Serve config: each row's agent_ref.name names its application")
     rev.set_defaults(func=cmd_reverify)
+
+    health = sub.add_parser("health", help="named health checks over a rollout file: a report, one row per finding")
+    health.add_argument(
+        "rollouts", help="a rollouts JSONL (a collection's <out>_failures.jsonl beside it is read too)"
+    )
+    health.add_argument(
+        "--verify-deadline",
+        type=float,
+        help="verify's deadline in seconds, for rows that do not record theirs (`verify_near_deadline`)",
+    )
+    health.add_argument(
+        "--max-policy-lag", type=int, help="flag rollouts this many policy versions behind the newest seen"
+    )
+    health.set_defaults(func=cmd_health)
+
+    export = sub.add_parser("export", help="write a rollout file in another format: ATIF v1.7 trajectories")
+    export.add_argument("rollouts", help="the rollouts JSONL")
+    export.add_argument("--format", choices=["atif"], required=True, help="atif: ATIF v1.7, as NeMo Gym 0.7 writes it")
+    export.add_argument("--out", help="the folder to write (default: <rollouts>_atif beside the file)")
+    export.add_argument("--session-id", help="ATIF's session_id (default: the file's name)")
+    export.add_argument("--agent-version", help="ATIF's agent.version (default: this gym-serve's version)")
+    export.add_argument(
+        "--without-token-ids",
+        action="store_true",
+        help="leave token ids and log-probs out (NeMo Gym's ATIF reverify refuses them; their counts stay)",
+    )
+    export.set_defaults(func=cmd_export)
+
+    view = sub.add_parser("view", help="see the rollouts of a file in the browser (a local web page)")
+    view.add_argument("rollouts", help="a rollouts JSONL (a collection's <out>_failures.jsonl beside it is read too)")
+    view.add_argument(
+        "--profile", help="`gym-serve profile`'s <rollouts>_aggregate_metrics.json (default: the one beside the file)"
+    )
+    view.add_argument("--port", type=int, default=0, help="the port on 127.0.0.1 (default: a free one)")
+    view.set_defaults(func=cmd_view)
 
     env = sub.add_parser("env", help="work on an environment").add_subparsers(required=True, metavar="ACTION")
     env_test = env.add_parser("test", help="check an environment: its data, recordings, and every row through Serve")
@@ -276,6 +312,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         shown = ", ".join(f"{k} {v:.3f}" for k, v in metrics.items() if "/" in k and "std" not in k)
         print(f"{agent}: {shown}")
     print(f"wrote {result['reward_profiling']}\n      {result['aggregate_metrics']}\n      {result['plot']}")
+    print(f"health: {result['health']['headline']}\n      {result['health']['summary']}")
     return 0
 
 
@@ -283,7 +320,7 @@ def cmd_reverify(args: argparse.Namespace) -> int:
     from gym_serve.analysis.reverify import run
 
     environments = {"*": args.env} if args.env else _environments(args.config)
-    result = run(args.rollouts, environments)
+    result = run(args.rollouts, environments, args.inputs)
     print(f"{'agent':<28} {'rows':>6} {'changed':>8} {'mean before':>12} {'mean after':>11}")
     for agent, s in sorted(result["agents"].items()):
         print(f"{agent:<28} {int(s['rows']):>6} {int(s['changed']):>8} {s['before']:>12.3f} {s['after']:>11.3f}")
@@ -298,6 +335,43 @@ def cmd_reverify(args: argparse.Namespace) -> int:
         for failure in result["failures"][:SHOWN_BAD_ROWS]:
             print(f"  line {failure['line']}: {failure['kind']}: {failure['error'][:300]}", file=sys.stderr)
         print(f"  (all are in {result['failures_path']})", file=sys.stderr)
+    return 0
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    from gym_serve.analysis.health_checks import HealthOptions
+    from gym_serve.analysis.health_report import health, render
+
+    options = HealthOptions(verify_deadline_s=args.verify_deadline, max_policy_lag=args.max_policy_lag)
+    print(render(health(args.rollouts, options=options)))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from gym_serve.analysis.atif_export import export_atif
+
+    result = export_atif(
+        args.rollouts,
+        args.out,
+        session_id=args.session_id,
+        agent_version=args.agent_version,
+        token_ids=not args.without_token_ids,
+    )
+    print(f"wrote {result.trajectories} ATIF v1.7 trajectories to {result.out_dir}/")
+    print("\n".join(f"  manifest: {path}" for path in result.manifests))
+    if result.failure_rows:
+        print(f"  {result.failure_rows} failure row(s) have no trajectory: not written")
+    if result.errors:
+        print(f"gym-serve: {len(result.errors)} row(s) not written:", file=sys.stderr)
+        for error in result.errors[:SHOWN_BAD_ROWS]:
+            print(f"  {error}", file=sys.stderr)
+    return 0
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from gym_serve.viewer.server import view
+
+    view(args.rollouts, port=args.port, profile=args.profile)
     return 0
 
 
@@ -467,8 +541,10 @@ def _collect(job: CollectJob, label: str = "rollouts") -> CollectSummary:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     from tqdm import tqdm
 
+    from gym_serve.analysis.health_monitor import HealthMonitor
     from gym_serve.collect.driver import RolloutDriver
 
+    monitor = HealthMonitor(job.output_path)
     node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     actor: Any = RolloutDriver  # `@ray.remote` made the class an actor class, which type checkers do not see
     driver = actor.options(scheduling_strategy=node).remote()
@@ -489,6 +565,8 @@ def _collect(job: CollectJob, label: str = "rollouts") -> CollectSummary:
                 reward=f"{reward:.3f}" if reward is not None else "-",
                 refresh=False,
             )
+            for warning in monitor.poll():
+                bar.write(warning, file=sys.stderr)
             if ready:
                 break
     summary = ray.get(pending)

@@ -11,7 +11,8 @@ depends on what it is, never on a list of commands:
 - `scripts/check` and `pytest`: CI's test command runs them.
 - Servers run until the next server of the session or its end, as in a second terminal: `serve run
   CONFIG` and `gym-serve up CONFIG` are ready when every HTTP application of CONFIG answers a real request
-  (a rollout of one of its environment's example rows), then stopped with Ctrl-C (SIGINT).
+  (a rollout of one of its environment's example rows), `gym-serve view FILE --port P` when its task table
+  answers; then they are stopped with Ctrl-C (SIGINT).
 - What needs a resource this machine lacks runs against a local stand-in: `vllm serve MODEL --port P`
   is an OpenAI-compatible stand-in on P (`tests.fake_openai`), the OpenAI API is one too (OPENAI_BASE_URL
   and a made-up OPENAI_API_KEY), `ray up CONFIG` is a `ray start` cluster here with CONFIG's `file_mounts`
@@ -286,6 +287,8 @@ class Session:
                 self._serve(part, words)
             elif program == ["vllm", "serve"]:
                 self._stand_in_model_server(part, words)
+            elif program[0].endswith("gym-serve") and program[1:] == ["view"]:
+                self._viewer(part, words)
             elif program == ["ray", "exec"]:
                 assert self.head_home is not None, f"`{part}` before `ray up`"
                 self._complete(words[3], cwd=self.head_home)
@@ -335,6 +338,16 @@ class Session:
         log = self.box.work / f"server-{time.monotonic_ns()}.log"
         proc, self.server = start_process(part, self.box, self.cwd, log)
         wait_ready(proc, self.server, serve_config_probe(config, port, self.box.env.get("GYM_SERVE_TOKEN")))
+
+    def _viewer(self, part: str, words: list[str]) -> None:
+        """`gym-serve view FILE --port P`: ready when its task table answers (not its page saying it indexes)."""
+        self.stop_server()
+        url = f"http://127.0.0.1:{words[words.index('--port') + 1]}/"
+        log = self.box.work / f"viewer-{time.monotonic_ns()}.log"
+        proc, self.server = start_process(part, self.box, self.cwd, log)
+        wait_ready(proc, self.server, lambda: None if http(url)[0] == 200 else f"GET {url}: not the task table yet")
+        _, page = http(url)
+        assert "rollouts</div>" in page and '<table class="tasks"' in page, f"`{part}` served:\n{page[:2000]}"
 
     def _stand_in_model_server(self, part: str, words: list[str]) -> None:
         self.stop_server()

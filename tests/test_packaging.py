@@ -66,3 +66,5 @@ def test_the_wheel_holds_gym_serve_and_nothing_else(tmp_path: Path) -> None:
     assert {name.split("/")[0] for name in names} == {"gym_serve", wheel.name.split("-py3")[0] + ".dist-info"}
     for module in ("gym_serve/verifiers/math.py", "gym_serve/envs/math/__init__.py", "gym_serve/deployments/app.py"):
         assert module in names, f"{module} is not in the wheel"
+    for page in ("gym_serve/viewer/templates/tasks.html", "gym_serve/viewer/static/viewer.js"):  # `gym-serve view`
+        assert page in names, f"{page} is not in the wheel"

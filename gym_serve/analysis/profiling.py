@@ -12,6 +12,7 @@ the rollouts:
   key_metrics, group_level_metrics}` with pass@k, pass@1[avg-of-k] and, when
   the environment names an answer field, majority@k.
 - `<out>_rewards.png`: the reward distribution per agent and each task's pass rate.
+- `<out>_health.json` and `<out>_health_findings.jsonl`: the health checks' report (`gym_serve.analysis.health`).
 
 Strict by default: a missing rollout, a key written twice, or a rollout with
 no input row is an error naming the file and line. `allow_partial` profiles
@@ -27,6 +28,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from gym_serve.analysis.health_report import headline, health
 from gym_serve.analysis.metrics import numeric_fields, pass_metrics, summary_stats
 from gym_serve.collect.job import Key, sibling_path
 from gym_serve.environment.core import Environment
@@ -95,6 +97,7 @@ def profile(
     from gym_serve.analysis.plots import plot_rewards
 
     plot_path = plot_rewards(by_task, sibling_path(rollouts_path, "rewards.png"))
+    report = health(rollouts_path)
     return {
         "reward_profiling": str(profile_path),
         "aggregate_metrics": str(metrics_path),
@@ -103,6 +106,11 @@ def profile(
         "completed": len(done),
         "missing": len(missing),
         "key_metrics": {a["agent_ref"]["name"]: a["key_metrics"] for a in aggregates},
+        "health": {
+            "summary": report.summary_path,
+            "findings": report.findings_path,
+            "headline": headline(report),
+        },
     }
 
 

@@ -3,6 +3,7 @@
 For each rollout the environment is rebuilt in this process: a fresh `seed`,
 then every recorded function call replayed through the tools in order (so a
 stateful environment ends in the state the episode ended in), then `verify`.
+An ATIF export (`gym-serve export --format atif`) is read back into rows first.
 Rows whose reward changed are reported; all are written to `<out>_reverified.jsonl`
 with `reward` updated and the old one kept as `previous_reward`.
 
@@ -19,23 +20,31 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gym_serve.analysis.atif_export import is_atif, read_atif
 from gym_serve.collect.attempts import failure_row
 from gym_serve.collect.job import sibling_path
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.environment.runner import EnvRunner
 from gym_serve.errors import InputError, failure_kind
-from gym_serve.wire.jsonl import JsonlWriter, scan_jsonl
+from gym_serve.wire.jsonl import JsonlWriter, read_jsonl, scan_jsonl
 
 __all__ = ["reverify"]
 
 
-async def reverify(rollouts_path: str | Path, environments: dict[str, str]) -> dict[str, Any]:
-    """Re-score every row; `environments` maps agent names (or "*" for any) to environment names."""
+async def reverify(
+    rollouts_path: str | Path, environments: dict[str, str], *, inputs_path: str | Path | None = None
+) -> dict[str, Any]:
+    """Re-score every row; `environments` maps agent names (or "*" for any) to environment names.
+
+    `rollouts_path` may be an ATIF export (`gym-serve export --format atif`); `inputs_path` (materialized
+    inputs) gives the task rows of trajectories another exporter wrote.
+    """
     rollouts_path = Path(rollouts_path)
-    if not rollouts_path.is_file():
+    if not rollouts_path.exists():
         raise InputError("cannot open: no such file", source=str(rollouts_path))
     runners: dict[str, EnvRunner] = {}
     totals: dict[str, dict[str, float]] = defaultdict(lambda: {"rows": 0, "changed": 0, "before": 0.0, "after": 0.0})
@@ -45,7 +54,7 @@ async def reverify(rollouts_path: str | Path, environments: dict[str, str]) -> d
     failures_path = sibling_path(rollouts_path, "reverified_failures.jsonl")
     partial = out_path.with_name(out_path.name + ".partial")
     with JsonlWriter(partial, append=False, flush=False) as out:
-        for line, row, error in scan_jsonl(rollouts_path, strict=False):
+        for line, row, error in _rows(rollouts_path, inputs_path):
             if error is not None or row is None:
                 failures.append(_failed({"line": line}, error or InputError("unreadable", line=line)))
                 continue
@@ -91,6 +100,17 @@ async def reverify(rollouts_path: str | Path, environments: dict[str, str]) -> d
     }
 
 
+def _rows(path: Path, inputs_path: str | Path | None) -> Iterator[tuple[int, dict[str, Any] | None, Any]]:
+    """The rows of a rollouts JSONL, or of an ATIF export (numbered by its manifest's lines)."""
+    if not is_atif(path):
+        yield from scan_jsonl(path, strict=False)
+        return
+    inputs = {}
+    for _, row in read_jsonl(inputs_path) if inputs_path else []:
+        inputs[(row.get("_ng_task_index"), row.get("_ng_rollout_index"))] = row
+    yield from read_atif(path, inputs=inputs)
+
+
 def _runner(
     runners: dict[str, EnvRunner], environments: dict[str, str], agent: str, path: Path, line: int
 ) -> EnvRunner:
@@ -123,5 +143,5 @@ async def _rescore(runner: EnvRunner, row: dict[str, Any]) -> dict[str, Any]:
     return await runner.verify(row, row["response"], state)
 
 
-def run(rollouts_path: str, environments: dict[str, str]) -> dict[str, Any]:
-    return asyncio.run(reverify(rollouts_path, environments))
+def run(rollouts_path: str, environments: dict[str, str], inputs_path: str | None = None) -> dict[str, Any]:
+    return asyncio.run(reverify(rollouts_path, environments, inputs_path=inputs_path))

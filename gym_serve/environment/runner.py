@@ -44,6 +44,8 @@ class EnvInfo(BaseModel):
     """The environment answers the model's plain messages (games, simulated users)."""
     execute_tool_calls: bool = True
     """False: the model's function calls are its answer, judged and never run."""
+    verify_timeout_s: float | None = None
+    """Verify's deadline, which each rollout row records (`_gs_timings.verify_deadline_s`) for the health checks."""
     replica_sessions: bool = False
     """The environment keeps each rollout's state in the memory of the replica that seeded it (a hosted NeMo Gym
     server): every later call of the rollout must reach that replica."""
@@ -61,6 +63,7 @@ class EnvRunner:
             has_seed=type(env).seed is not Environment.seed or type(env).State is not None,
             has_user_turn=type(env).user_turn is not Environment.user_turn,
             execute_tool_calls=type(env).execute_tool_calls,
+            verify_timeout_s=env.verify_timeout_s,
         )
         self._verify = _without_unused_state(env.verify)
         self._user_turn = _without_unused_state(env.user_turn)

@@ -156,6 +156,8 @@ async def run_episode(
     t0 = time.perf_counter()
     verdict = await _call("environment `verify`", env.verify(row, episode, state), VerifyError, config)
     timings["verify_s"] = time.perf_counter() - t0
+    if env_info.verify_timeout_s is not None:
+        timings["verify_deadline_s"] = env_info.verify_timeout_s
     timings["total_s"] = time.perf_counter() - started
     extra: dict[str, Any] = {"step_rewards": step_rewards} if step_rewards else {}
     versions = policy_version_range(output)

@@ -24,7 +24,7 @@ import orjson
 
 from gym_serve.errors import InputError
 
-__all__ = ["JsonlWriter", "dumps", "loads", "read_jsonl", "scan_jsonl"]
+__all__ = ["JsonlWriter", "dumps", "loads", "read_jsonl", "scan_jsonl", "scan_jsonl_spans"]
 
 loads = orjson.loads
 
@@ -63,14 +63,28 @@ def scan_jsonl(
     Blank lines are skipped. A line that is not a JSON object is an error; so is, with
     `strict`, an object with a key given twice.
     """
+    for number, _, _, row, error in scan_jsonl_spans(path, strict=strict):
+        yield number, row, error
+
+
+def scan_jsonl_spans(
+    path: str | Path, *, strict: bool = True
+) -> Iterator[tuple[int, int, int, dict[str, Any] | None, InputError | None]]:
+    """`scan_jsonl`, with each line's byte offset and length: `(line_number, offset, length, row, error)`.
+
+    An index of a large file keeps the spans, and reads one row back with a seek.
+    """
     path = Path(path)
     try:
         handle = path.open("rb")
     except OSError as e:
         raise InputError(f"cannot open: {e.strerror}", source=str(path)) from e
     parse = _strict_loads if strict else orjson.loads
+    offset = 0
     with handle:
         for number, raw in enumerate(handle, start=1):
+            start, length = offset, len(raw)
+            offset += length
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]  # a UTF-8 byte-order mark
             if not raw.strip():
@@ -79,16 +93,16 @@ def scan_jsonl(
                 row = parse(raw)
             except _DuplicateKey as e:
                 error = InputError(f"the key `{e}` is given twice in one object", source=str(path), line=number)
-                yield number, None, error
+                yield number, start, length, None, error
                 continue
             except (ValueError, RecursionError) as e:  # orjson's and json's decode errors are ValueErrors
-                yield number, None, InputError(f"not valid JSON: {e}", source=str(path), line=number)
+                yield number, start, length, None, InputError(f"not valid JSON: {e}", source=str(path), line=number)
                 continue
             if not isinstance(row, dict):
                 error = InputError(f"expected a JSON object, got {type(row).__name__}", source=str(path), line=number)
-                yield number, None, error
+                yield number, start, length, None, error
                 continue
-            yield number, row, None
+            yield number, start, length, row, None
 
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:

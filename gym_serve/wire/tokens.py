@@ -46,6 +46,8 @@ class ContiguityReport(BaseModel):
     calls: int
     ok: bool
     problems: list[str]
+    breaks: list[int] = []
+    """The calls (numbered from 1) whose prompt does not extend the previous call's prompt + generation."""
 
 
 def token_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -67,6 +69,7 @@ def check_contiguity(rollout: dict[str, Any]) -> ContiguityReport:
     response = rollout.get("response", rollout)
     calls = token_calls(response.get("output", []))
     problems: list[str] = []
+    breaks: list[int] = []
     sequence: list[int] | None = None
     for number, item in enumerate(calls, start=1):
         missing = [field for field in TOKEN_FIELDS if not isinstance(item.get(field), list)]
@@ -81,6 +84,7 @@ def check_contiguity(rollout: dict[str, Any]) -> ContiguityReport:
         if sequence is not None and prompt[: len(sequence)] != sequence:
             common = min(len(prompt), len(sequence))
             at = next((i for i in range(common) if prompt[i] != sequence[i]), common)
+            breaks.append(number)
             problems.append(
                 f"call {number}: prompt does not extend the previous prompt + generation "
                 f"(first difference at token {at} of {len(sequence)})"
@@ -90,6 +94,7 @@ def check_contiguity(rollout: dict[str, Any]) -> ContiguityReport:
         calls=len(calls),
         ok=not problems and bool(calls),
         problems=problems or ([] if calls else ["no model call carries token ids"]),
+        breaks=breaks,
     )
 
 

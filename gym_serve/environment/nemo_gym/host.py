@@ -109,7 +109,12 @@ class NemoGymServer:
         self._session_id_key = SESSION_ID_KEY
         self.closes_cookie_sessions = _accepts_cookie_close(type(self.server))
         self.info = EnvInfo(
-            name=catalog.hosted_name(server), tools=[], has_seed=True, has_user_turn=False, replica_sessions=True
+            name=catalog.hosted_name(server),
+            tools=[],
+            has_seed=True,
+            has_user_turn=False,
+            replica_sessions=True,
+            verify_timeout_s=verify_timeout_s,
         )
         self._sessions: dict[str, _Session] = {}
         self._swept = time.monotonic()
