@@ -11,11 +11,11 @@ import asyncio
 import json
 import os
 import socket
+import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,20 +27,15 @@ import torch  # noqa: E402
 from ray import serve  # noqa: E402
 
 from gym_serve.client import GymClient  # noqa: E402
-from gym_serve.collect.stream import ServeRollouts  # noqa: E402
 from gym_serve.deployments.app import build_app  # noqa: E402
 from gym_serve.deployments.ingress.api import build_ingress  # noqa: E402
 from gym_serve.serving.config import AppArgs  # noqa: E402
 from gym_serve.testing.fixtures import example_rows  # noqa: E402
 from gym_serve.testing.tiny_model import make_tiny_model  # noqa: E402
-from gym_serve.trainers.nemo_rl import GymServeRolloutCollection  # noqa: E402
 from gym_serve.trainers.sequence import build_sequence  # noqa: E402
-from gym_serve.trainers.skyrl import generator_output  # noqa: E402
 from gym_serve.trainers.source import run_groups  # noqa: E402
 from gym_serve.trainers.trl import TRLRollouts, gym_reward, ingress_push  # noqa: E402
-from gym_serve.trainers.verl import GymServeAgentLoop  # noqa: E402
 from gym_serve.wire.tokens import token_calls  # noqa: E402
-from tests import trainer_contracts as contract  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.serve, pytest.mark.timeout(420)]
@@ -206,39 +201,126 @@ async def multi_turn_groups(base_url: str) -> list[list[dict[str, Any]]]:
         return await run_groups(client, weather_rows()[:2], [2, 2])
 
 
-async def test_verl_skyrl_and_nemo_rl_take_real_multi_turn_rollouts(
-    base_url: str, monkeypatch: pytest.MonkeyPatch
+# ---- verl, SkyRL, NeMo RL: their real packages, each in its own environment (scripts/trainer_envs.py) ---------------
+
+
+@pytest.fixture(scope="module")
+def recorded(base_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real two-call rollouts from the ingress (2 tasks x 2), recorded once for the trainers' environments."""
+    groups = asyncio.run(multi_turn_groups(base_url))
+    path = tmp_path_factory.mktemp("recorded") / "rollouts.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for group in groups for r in group))
+    return path
+
+
+@pytest.fixture(scope="module")
+def other_tokenizer(tiny_model: Path) -> Path:
+    """A tokenizer with another vocabulary: a trainer that uses it must be refused."""
+    return make_tiny_model(tiny_model.parent / "other-vocab", vocab_size=512)
+
+
+def trainer_env(name: str) -> Path:
+    """The trainer's own virtual environment: `.ci/run` builds it in the background while it installs gym-serve
+    (`python3 scripts/trainer_envs.py build NAME` by hand); waited for while its build runs, a failure otherwise."""
+    found = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "trainer_envs.py"), "path", name, "--wait", "1200"],
+        capture_output=True,
+        text=True,
+    )
+    if found.returncode != 0:
+        pytest.fail(found.stderr.strip() or found.stdout, pytrace=False)
+    return Path(found.stdout.strip())
+
+
+def in_trainer_env(name: str, script: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run `scripts/trainer_interfaces/SCRIPT ARGS OUT` with NAME's Python (gym-serve from this repository, on
+    PYTHONPATH) and return the JSON it wrote to OUT: what the trainer received, and the errors it raised."""
+    python = trainer_env(name) / "bin" / "python"
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"gym-serve-{name}-{os.getpid()}.json"
+    run = subprocess.run(
+        [str(python), str(REPO / "scripts" / "trainer_interfaces" / script), *args, str(out)],
+        cwd=REPO,
+        env={**plain_environment(), "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, f"{script} in the {name} environment:\n{run.stdout[-3000:]}\n{run.stderr[-5000:]}"
+    result: dict[str, Any] = json.loads(out.read_text())
+    out.unlink()
+    return result
+
+
+def plain_environment() -> dict[str, str]:
+    """This process's environment without its virtual environment's and Ray's variables."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "RAY_", "PYTHON"))}
+
+
+def expected_sequences(recorded: Path) -> list[Any]:
+    return [build_sequence(json.loads(line)) for line in recorded.read_text().splitlines()]
+
+
+def test_verl_takes_gym_serve_rollouts_through_its_own_post_processing(
+    recorded: Path, tiny_model: Path, other_tokenizer: Path
 ) -> None:
-    """Real two-call rollouts through each adapter into that trainer's own checks (copied from its source)."""
-    groups = await multi_turn_groups(base_url)
-    for group in groups:
-        for rollout in group:
-            s = build_sequence(rollout)
-            first, second = token_calls(rollout["response"]["output"])
-            gap = slice(len(first["generation_token_ids"]), len(second["prompt_token_ids"]) - len(s.prompt_ids))
-            assert s.calls == 2 and not any(s.completion_mask[gap]) and len(s.completion_ids[gap]) > 0
+    result = in_trainer_env("verl", "verl_real.py", str(recorded), str(tiny_model), str(other_tokenizer))
+    got, errors = result["received"], result["errors"]
+    for i, s in enumerate(expected_sequences(recorded)):
+        n = min(len(s.completion_ids), 256)
+        assert got["prompts"][i][-len(s.prompt_ids) :] == s.prompt_ids and len(got["prompts"][i]) == 512
+        assert got["responses"][i][:n] == s.completion_ids[:n], "response: every turn, tool output between"
+        assert got["response_mask"][i] == s.completion_mask[:n] + [0] * (256 - n), "the loss mask: sampled tokens"
+        assert got["rollout_log_probs"][i][:n] == pytest.approx(s.completion_logprobs[:n], abs=1e-6)
+        assert sum(got["rm_scores"][i]) == pytest.approx(s.reward) and got["num_turns"][i] >= 4
+        assert (got["min_global_steps"][i], got["max_global_steps"][i]) == (s.policy_version_min, s.policy_version_max)
+    assert errors["failed"].startswith("RolloutFailed: rollout (task 0, rollout 0) failed (model_error)")
+    assert errors["no_token_ids"].startswith("MissingTokenIds:") and "kind: vllm" in errors["no_token_ids"]
+    assert errors["tokenizer"].startswith("TokenizerMismatch: key `tokenizer`: rollout (task 0, rollout 0): verl's")
+    assert "raise `actor_rollout_ref.rollout.prompt_length`" in errors["prompt_too_long"]
 
-    skyrl = generator_output(groups, eos_token_id=0)
-    contract.validate_generator_output(4, skyrl)
-    assert [sum(m) for m in skyrl["loss_masks"]] == [build_sequence(r).model_tokens for g in groups for r in g]
 
-    rollout_config = SimpleNamespace(prompt_length=512, response_length=256)  # verl's config, as the loop reads it
-    trainer_config = SimpleNamespace(config=SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=rollout_config)))
-    monkeypatch.setitem(sys.modules, "verl.experimental.agent_loop.agent_loop", contract.verl_module())
-    loop = GymServeAgentLoop(trainer_config, url=base_url, server_manager=None, tokenizer=None)
-    row = weather_rows()[0]
-    output = await loop.run({"temperature": 1.0, "top_p": 1.0}, extra_info={"gym_serve_row": row}, raw_prompt=[])
-    padded = contract.verl_padded(output, 512, 256)
-    assert int(padded["response_mask"].sum()) == sum(output.response_mask) > 0
-    assert output.num_turns >= 4 and output.metrics.generate_sequences > 0
+def test_skyrl_validates_gym_serve_generator_output_with_its_own_check(
+    recorded: Path, tiny_model: Path, other_tokenizer: Path
+) -> None:
+    result = in_trainer_env("skyrl", "skyrl_real.py", str(recorded), str(tiny_model), str(other_tokenizer))
+    got, errors = result["received"], result["errors"]  # SkyRL's validate_generator_output passed on it
+    *finished, _ = expected_sequences(recorded)
+    for i, s in enumerate(finished):
+        assert got["prompt_token_ids"][i] == s.prompt_ids and got["response_ids"][i] == s.completion_ids
+        assert got["loss_masks"][i] == s.completion_mask and got["rollout_logprobs"][i] == s.completion_logprobs
+        assert got["rewards"][i] == s.reward and got["stop_reasons"][i] in ("stop", "length")
+    assert got["loss_masks"][3] == [0] and got["rewards"][3] == 0.0 and got["stop_reasons"][3] == "error"
+    assert got["prompt_token_ids"][3] == got["prompt_token_ids"][2], "the failed one sits on its group's prompt"
+    assert got["trajectory_ids"] == [["task-0", 0], ["task-0", 1], ["task-1", 0], ["task-1", 1]]
+    assert errors["no_token_ids"].startswith("MissingTokenIds:")
+    assert errors["tokenizer"].startswith("TokenizerMismatch: key `tokenizer`: rollout (task 0, rollout 0): SkyRL's")
+    assert "raise `trainer.max_prompt_length`" in errors["prompt_too_long"]
 
-    async with ServeRollouts() as in_cluster:  # NeMo RL's collection, in the cluster this time
-        rch = GymServeRolloutCollection(lambda: in_cluster)
-        rows = [r for r in weather_rows()[:2] for _ in range(2)]
-        results = await contract.run_like_nemo_rl(rch, rows)
-    groups_by_prompt = contract.nemo_rl_groups(results)
-    assert sorted(len(g) for g in groups_by_prompt.values()) == [2, 2], "each task's rollouts share their prompt ids"
-    assert all(sum(contract.nemo_rl_loss_mask(r)) > 0 for r in results)
+
+def test_nemo_gyms_rollout_collection_runs_on_gym_serve_for_nemo_rl(
+    base_url: str, tiny_model: Path, other_tokenizer: Path, tmp_path: Path
+) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(row) + "\n" for row in weather_rows()[:2] for _ in range(2)))
+    environment = {
+        "GYM_SERVE_URL": base_url,
+        "GYM_SERVE_TOKEN": TOKEN,
+        "GYM_SERVE_TOKENIZER": str(tiny_model),
+        "GYM_SERVE_MAX_PROMPT_LENGTH": "512",
+    }
+    result = in_trainer_env("nemo_gym", "nemo_rl_real.py", str(rows), str(other_tokenizer), env=environment)
+    got, errors = result["received"], result["errors"]
+    assert len(got) == 4
+    for rollout in got:
+        first, second = rollout["calls"]
+        seen = first["prompt"] + first["generation"]
+        assert second["prompt"][: len(seen)] == seen and len(second["prompt"]) > len(seen), "contiguous, tool between"
+        for call in rollout["calls"]:
+            assert len(call["logprobs"]) == len(call["generation"]) > 0 and all(lp <= 0 for lp in call["logprobs"])
+    prompts = [tuple(rollout["calls"][0]["prompt"]) for rollout in got]
+    assert prompts[0] == prompts[1] != prompts[2] == prompts[3], "NeMo RL groups a task's rollouts by prompt ids"
+    assert errors["tokenizer"].startswith("TokenizerMismatch: key `tokenizer`: rollout (task 0, rollout 0): NeMo RL")
+    assert "raise `GYM_SERVE_MAX_PROMPT_LENGTH`" in errors["prompt_too_long"]
 
 
 def test_the_async_trl_worker_feeds_trls_own_rollout_queue(base_url: str) -> None:

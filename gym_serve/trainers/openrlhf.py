@@ -105,7 +105,7 @@ class EngineModel:
         )
 
 
-class GymServeAgentExecutor(AgentExecutorBase):  # type: ignore[misc]  # OpenRLHF's class, untyped
+class GymServeAgentExecutor(AgentExecutorBase):
     """OpenRLHF's agent executor running gym-serve episodes; subclass it and set `environment`.
 
     `env` / `env_info` replace the in-cluster Environment tier (for a caller
