@@ -107,8 +107,9 @@ SPECS: dict[str, Spec] = {
                 "requests",
                 "itsdangerous",
                 "httptools",
+                "yappi",
                 "wandb",
-                "anthropic",
+                "anthropic<=0.109.2",
                 "transformers",
                 *GYM_SERVE_IMPORTS,
             ),
@@ -118,9 +119,10 @@ SPECS: dict[str, Spec] = {
 }
 
 LEFT_OUT = {
+    "unsloth": "xformers, triton and bitsandbytes' GPU kernels, vLLM, diffusers (Unsloth's GPU path); CUDA torch",
     "verl": "CUDA torch (the CPU build instead), vLLM/SGLang, flash-attn, Megatron, peft, wandb, tensorboard",
     "skyrl": "vLLM, flash-attn, flashinfer, Megatron, JAX, ray[default]'s dashboard extras",
-    "nemo_gym": "mlflow, the sandbox and telemetry extras, MCP, uvloop, yappi, the resources servers' own packages",
+    "nemo_gym": "mlflow, the sandbox and telemetry extras, MCP, uvloop, the resources servers' own packages",
 }
 
 
@@ -157,6 +159,8 @@ def build(name: str) -> str:
         return f"{name}: cached at {target}"
     target.parent.mkdir(parents=True, exist_ok=True)
     partial, lock = target.with_suffix(".partial"), target.with_suffix(".building")
+    if _building(lock):  # another process builds it (CI's background build, a test): wait for that one
+        return f"{name}: built by process {lock.read_text()} at {path(name, wait_s=3600)}"
     lock.write_text(str(os.getpid()))
     started = time.monotonic()
     try:
@@ -180,14 +184,23 @@ def build(name: str) -> str:
         lock.unlink(missing_ok=True)
 
 
+def _building(lock: Path) -> bool:
+    """Is the process that wrote `lock` still running?"""
+    try:
+        os.kill(int(lock.read_text()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def path(name: str, wait_s: float) -> Path:
     """`name`'s environment, waiting up to `wait_s` for a build in progress; SystemExit naming the log if none."""
     target, lock = env_dir(name), env_dir(name).with_suffix(".building")
     deadline = time.monotonic() + wait_s
-    while not (target / "gym-serve-env.json").exists() and lock.exists() and time.monotonic() < deadline:
+    while not (target / "gym-serve-env.json").exists() and _building(lock) and time.monotonic() < deadline:
         time.sleep(2)
     if not (target / "gym-serve-env.json").exists():
-        state = "is still building" if lock.exists() else "was not built (or its build failed)"
+        state = "is still building" if _building(lock) else "was not built (or its build failed)"
         raise SystemExit(
             f"the {name} trainer environment {state}: expected at {target}; build log {log_path(name)}; "
             f"build it with `python3 scripts/trainer_envs.py build {name}`"

@@ -323,6 +323,23 @@ def test_nemo_gyms_rollout_collection_runs_on_gym_serve_for_nemo_rl(
     assert "raise `GYM_SERVE_MAX_PROMPT_LENGTH`" in errors["prompt_too_long"]
 
 
+def test_unsloths_grpo_recipe_trains_on_gym_serve_rollouts_on_cpu(
+    base_url: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Unsloth's GRPO: its `FastLanguageModel` (the CPU backend here: no GPU) with LoRA, TRL's `GRPOTrainer` with
+    the GRPOConfig of Unsloth's GRPO notebook, every completion sampled by gym-serve through the TRL hook."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(weather_rows()[0]) + "\n")
+    result = in_trainer_env("unsloth", "unsloth_real.py", base_url, TOKEN, str(tiny_model), str(rows))
+    assert result["device_type"] == "cpu" and result["steps"] == 2, "Unsloth's CPU backend ran the recipe's steps"
+    assert result["settings"]["learning_rate"] == 5e-6 and result["settings"]["num_generations"] == 6
+    assert set(result["changed"]) >= {"use_vllm", "per_device_train_batch_size", "max_prompt_length", "max_steps"}
+    assert [b["step"] for b in result["batches"]] == [0, 1] and result["lora_tensors_moved"] > 0
+    for batch in result["batches"]:
+        assert len(batch["masks"]) == 6 and all(0 in m and 1 in m for m in batch["masks"]), "tool output masked"
+    print("Unsloth", result["unsloth"], "changed for CPU:", result["changed"])
+
+
 def test_the_async_trl_worker_feeds_trls_own_rollout_queue(base_url: str) -> None:
     """TRL's async trainer drains `RolloutSample`s through its `RolloutQueueDataset`: fed here by gym-serve."""
     from trl.experimental.async_grpo.async_grpo_trainer import RolloutQueueDataset
