@@ -1,10 +1,11 @@
-"""The trainers' own virtual environments (verl, SkyRL, NeMo Gym for NeMo RL), built once and cached by content.
+"""The trainers' own virtual environments (verl, SkyRL, NeMo Gym for NeMo RL, Unsloth), cached by content.
 
 The trainers pin packages that clash with gym-serve's (verl: transformers<5.11; SkyRL: Python 3.12, ray 2.57;
-NeMo Gym 0.7.0: Python 3.13, openai 2.44), so the tests that drive their real rollout-side classes run in an
-environment of each one's own, with its Python from pyenv. Each is the trainer's package installed `--no-deps`
-plus exactly the packages its rollout-side modules import (found by importing them), never its full dependency
-set, which drags in CUDA kernels, flash-attn, vLLM and training back-ends. `LEFT_OUT` says what that leaves out.
+NeMo Gym 0.7.0: Python 3.13, openai 2.44; Unsloth: trl<=1.15, transformers<=5.17), so the tests that drive
+their real rollout-side classes run in an environment of each one's own, with its Python from pyenv. Each is
+the trainer's package installed `--no-deps` plus exactly the packages its rollout-side modules import (found by
+importing them), never its full dependency set, which drags in CUDA kernels, flash-attn, vLLM and training
+back-ends. `LEFT_OUT` says what that leaves out.
 
     python3 scripts/trainer_envs.py build [NAME ...]     # all by default, in parallel; a cached one is reused
     python3 scripts/trainer_envs.py path NAME [--wait S]  # where NAME's environment is (waits for a build running)
@@ -108,6 +109,9 @@ SPECS: dict[str, Spec] = {
                 "itsdangerous",
                 "httptools",
                 "yappi",
+                "pydot",
+                "pandas",
+                "scipy",
                 "wandb",
                 "anthropic<=0.109.2",
                 "transformers",
@@ -115,6 +119,15 @@ SPECS: dict[str, Spec] = {
             ),
         ),  # fmt: skip
         imports="nemo_gym.rollout_collection, nemo_gym.server_utils, nemo_gym.base_resources_server",
+    ),
+    "unsloth": Spec(
+        python="3.11",
+        steps=(
+            ("torch==2.13.0+cpu", "transformers==5.17.0", "trl==1.15.0", "datasets<5", "peft", "bitsandbytes"),
+            ("--no-deps", "unsloth==2026.10.9", "unsloth_zoo==2026.10.9"),
+            tuple(GYM_SERVE_IMPORTS),
+        ),
+        imports="unsloth, peft, trl",
     ),
 }
 

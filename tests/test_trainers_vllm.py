@@ -216,7 +216,7 @@ def recorded(base_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def other_tokenizer(tiny_model: Path) -> Path:
     """A tokenizer with another vocabulary: a trainer that uses it must be refused."""
-    return make_tiny_model(tiny_model.parent / "other-vocab", vocab_size=512)
+    return make_tiny_model(tiny_model.parent / "other-vocab", vocab_size=320)  # fewer merges: other ids, other text
 
 
 def trainer_env(name: str) -> Path:
@@ -584,6 +584,6 @@ async def test_openrlhf_executor_refuses_a_bad_setup_by_name(openrlhf_actor: Any
         await Executor().execute("p", label, openrlhf_params(), 16, tokenizer, engine)
     with pytest.raises(InputError, match="label is not a gym-serve row.*--data.label_key"):
         await Executor().execute("p", "the answer is 4", openrlhf_params(), 512, tokenizer, engine)
-    other = AutoTokenizer.from_pretrained(make_tiny_model(tiny_model.parent / "other-vocab", vocab_size=512))
-    with pytest.raises(TokenizerMismatch, match="OpenRLHF's tokenizer decodes the model tier's token ids"):
+    other = AutoTokenizer.from_pretrained(make_tiny_model(tiny_model.parent / "other-vocab", vocab_size=320))
+    with pytest.raises(TokenizerMismatch, match="OpenRLHF's tokenizer decodes the engine's sampled ids to"):
         await Executor().execute("p", label, openrlhf_params(), 512, other, engine)

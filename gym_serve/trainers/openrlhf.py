@@ -60,16 +60,16 @@ from gym_serve.errors import InputError
 from gym_serve.rollout.loop import AgentConfig, EnvClient, run_episode
 from gym_serve.trainers.sequence import (
     PromptTooLong,
+    TokenizerMismatch,
     TrainingSequence,
     build_sequence,
-    check_tokenizer,
     failure_class,
 )
 from gym_serve.wire.chat_template import ChatTokenizer
 from gym_serve.wire.hermes import forced_tool_call_regex, parse_output
 from gym_serve.wire.tokens import token_calls, token_response
 
-__all__ = ["EngineModel", "GymServeAgentExecutor", "executor_output", "gym_row"]
+__all__ = ["EngineModel", "GymServeAgentExecutor", "check_engine_tokenizer", "executor_output", "gym_row"]
 
 FAILED = "gym_serve_failed"
 """The `extra_logs` key (1.0 or 0.0) that marks a sample standing in for a failed or masked rollout."""
@@ -83,6 +83,8 @@ class EngineModel:
         self.chat = chat
         self.sampling_params = sampling_params
         self.max_length = max_length
+        self.samples: list[tuple[list[int], str]] = []
+        """Each call's sampled ids and the engine's own text for them (its tokenizer's reading)."""
 
     async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         prompt_ids = self.chat.prompt_ids(request)
@@ -100,6 +102,7 @@ class EngineModel:
         output = (await self.engine.generate(prompt_ids, params)).outputs[0]
         generated = list(output.token_ids)
         logprobs = [float(step[token].logprob) for step, token in zip(output.logprobs, generated, strict=True)]
+        self.samples.append((generated, output.text))
         return token_response(
             "openrlhf", parse_output(output.text), prompt_ids, generated, logprobs, output.finish_reason
         )
@@ -154,8 +157,7 @@ class GymServeAgentExecutor(AgentExecutorBase):
             self._rng,
         )
         self.rollouts.append(outcome.row)
-        if outcome.ok:
-            check_tokenizer(outcome.row, hf_tokenizer, trainer="OpenRLHF")
+        check_engine_tokenizer(model.samples, hf_tokenizer, skip_special_tokens=sampling_params.skip_special_tokens)
         return executor_output(
             outcome.row,
             prompt=prompt,
@@ -176,6 +178,23 @@ class GymServeAgentExecutor(AgentExecutorBase):
             handle = serve.get_deployment_handle("Environment", app_name=self.environment)
             self._env, self._env_info = _HandleEnv(handle), await handle.describe.remote()
         return self._env, self._env_info
+
+
+def check_engine_tokenizer(samples: list[tuple[list[int], str]], tokenizer: Any, *, skip_special_tokens: bool) -> None:
+    """Raise `TokenizerMismatch` unless `tokenizer` reads every sampled id as the engine did.
+
+    gym-serve renders prompts with OpenRLHF's `hf_tokenizer` and the engine samples
+    with the model's own: if they differ, the engine's text for its ids is not what
+    `hf_tokenizer` decodes them to (the engine leaves a final stop token out of its text).
+    """
+    for number, (ids, text) in enumerate(samples, start=1):
+        decoded = tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        if not decoded.startswith(text):
+            raise TokenizerMismatch(
+                f"model call {number}: OpenRLHF's tokenizer decodes the engine's sampled ids to {decoded[:60]!r}, "
+                f"the engine to {text[:60]!r}: `hf_tokenizer` must be the tokenizer of the model the engine serves",
+                key="tokenizer",
+            )
 
 
 def gym_row(label: Any) -> dict[str, Any]:

@@ -187,33 +187,40 @@ def build_sequence(rollout: dict[str, Any]) -> TrainingSequence:
 
 
 def check_tokenizer(rollout: dict[str, Any], tokenizer: Any, *, trainer: str) -> None:
-    """Raise `TokenizerMismatch` unless `tokenizer` decodes the rollout's ids to the text the rollout records.
+    """Raise `TokenizerMismatch` unless `tokenizer` reads the rollout's ids as the model tier wrote them.
 
     The model tier's ids are only worth training on with the tokenizer that made
-    them: another vocabulary turns the same ids into other words. The check
-    decodes the first call's prompt ids and the whole episode with the trainer's
-    tokenizer and looks for the row's input texts and the last assistant
-    message (or function name called) in them: a chat template adds markup
+    them: another vocabulary turns the same ids into other words. The first
+    call's prompt is the tier's own rendering, so with the same tokenizer its
+    ids are all in the vocabulary, decode to text that encodes back to the same
+    ids, and that text holds the row's input texts; the episode holds the last
+    assistant message (or function name called). A chat template adds markup
     around a text, never changes it.
     """
     calls = token_calls((rollout.get("response") or {}).get("output") or [])
     if not calls:
         raise MissingTokenIds(rollout)
-    prompt = tokenizer.decode(calls[0]["prompt_token_ids"])
+    prompt_ids = calls[0]["prompt_token_ids"]
+    unknown = [i for i in prompt_ids if not 0 <= i < len(tokenizer)]
+    prompt = tokenizer.decode(prompt_ids)
     episode = tokenizer.decode([*calls[-1]["prompt_token_ids"], *calls[-1]["generation_token_ids"]])
     given = (rollout.get("responses_create_params") or {}).get("input") or []
     texts = [given] if isinstance(given, str) else [_text(m.get("content")) for m in given if isinstance(m, dict)]
-    missing = [t for t in (t.strip() for t in texts) if t and t not in prompt]
     output = rollout["response"]["output"]
-    calls_made = [item.get("name") or "" for item in output if item.get("type") == "function_call"]
-    answer = output_text(output).strip() or (calls_made[-1] if calls_made else "")
+    called = [item.get("name") or "" for item in output if item.get("type") == "function_call"]
+    answer = output_text(output).strip() or (called[-1] if called else "")
+    problems = [f"id {unknown[0]} is outside its vocabulary of {len(tokenizer)}"] if unknown else []
+    if not problems and list(tokenizer.encode(prompt, add_special_tokens=False)) != list(prompt_ids):
+        problems.append("the prompt's ids decode to text it encodes to other ids")
+    missing = [t for t in (t.strip() for t in texts) if t and t not in prompt]
     if answer and answer not in episode:
         missing.append(answer)
-    if missing:
+    problems += [f"{missing[0][:60]!r} is not in the decoded text"] if missing else []
+    if problems:
         raise TokenizerMismatch(
             f"rollout {rollout_id(rollout)}: {trainer}'s tokenizer decodes the model tier's token ids to other text "
-            f"({missing[0][:60]!r} is not in {prompt[:60]!r}...): the trainer and gym-serve's model tier must use "
-            "the same tokenizer, or the trainer learns from ids that mean other words",
+            f"({'; '.join(problems)}): the trainer and gym-serve's model tier must use the same tokenizer, or the "
+            "trainer learns from ids that mean other words",
             key="tokenizer",
         )
 

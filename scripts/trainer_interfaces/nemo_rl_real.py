@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gym_serve.errors import GymServeError
+import recorded
+
 from gym_serve.trainers import nemo_rl
 
 nemo_rl.install()
@@ -48,22 +49,20 @@ async def collect(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return results
 
 
-async def error_of(rows: list[dict[str, Any]], **environment: str) -> str:
+async def refused_with(rows: list[dict[str, Any]], **environment: str) -> str:
+    """The refusal of a collection whose helper NeMo RL builds under `environment`."""
     saved = {k: os.environ.get(k) for k in environment}
     os.environ.update(environment)
     try:
-        await collect(rows)
-    except GymServeError as e:
-        return f"{type(e).__name__}: {e}"
+        return await recorded.refusal(collect(rows))
     finally:
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-    raise AssertionError("the collection took a rollout it must refuse")
 
 
 async def main(rows_file: str, other_tokenizer: str, out: str) -> None:
     assert RolloutCollectionHelper is nemo_rl.GymServeRolloutCollection, "install() replaced NeMo Gym's class"
-    rows = [json.loads(line) for line in Path(rows_file).read_text().splitlines() if line.strip()]
+    rows = recorded.load(rows_file)
     results = await collect(rows)
     received = []
     for result in results:
@@ -75,8 +74,8 @@ async def main(rows_file: str, other_tokenizer: str, out: str) -> None:
             call["logprobs"] = t.generation_log_probs
         received.append({"reward": verified.reward, "calls": calls})
     errors = {
-        "tokenizer": await error_of(rows[:1], GYM_SERVE_TOKENIZER=other_tokenizer),
-        "prompt_too_long": await error_of(rows[:1], GYM_SERVE_MAX_PROMPT_LENGTH="4"),
+        "tokenizer": await refused_with(rows[:1], GYM_SERVE_TOKENIZER=other_tokenizer),
+        "prompt_too_long": await refused_with(rows[:1], GYM_SERVE_MAX_PROMPT_LENGTH="4"),
     }
     Path(out).write_text(json.dumps({"received": received, "errors": errors}))
     print(f"ok: NeMo Gym's RolloutCollectionHelper is gym-serve's; {len(received)} results in NeMo Gym's types")

@@ -14,14 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import recorded
 from skyrl.train.generators.base import BatchMetadata, GeneratorInput, GeneratorInterface, TrajectoryID
 from skyrl.train.utils.trainer_utils import validate_generator_output
 from transformers import AutoTokenizer
 
-from gym_serve.errors import GymServeError
 from gym_serve.trainers.skyrl import GymServeGenerator
 from gym_serve.trainers.source import RecordedRollouts
-from gym_serve.wire.tokens import TOKEN_FIELDS
 
 
 class GymServeSkyRLGenerator(GymServeGenerator, GeneratorInterface):
@@ -43,20 +42,10 @@ def batch(rollouts: list[dict[str, Any]], repeats: int) -> GeneratorInput:
     )
 
 
-async def error_of(generator: GymServeGenerator, given: GeneratorInput) -> str:
-    try:
-        await generator.generate(given)
-    except GymServeError as e:
-        return f"{type(e).__name__}: {e}"
-    raise AssertionError("the generator took a rollout it must refuse")
-
-
 async def main(rollouts_file: str, tokenizer_path: str, other_tokenizer_path: str, out: str) -> None:
-    lines = Path(rollouts_file).read_text().splitlines()
-    rollouts = [json.loads(line) for line in lines if line.strip()]
+    rollouts = recorded.load(rollouts_file)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
-    failed = {**rollouts[-1], "_ng_failure_class": "model_error", "error": "503", "attempts": 3}
-    recorded = [*rollouts[:-1], failed]  # the last trajectory failed after gym-serve's retries
+    with_a_failure = [*rollouts[:-1], recorded.failed(rollouts[-1])]  # the last one failed after gym-serve's retries
 
     def generator(rows: list[dict[str, Any]], tokenizer: Any = tokenizer, limit: int = 512) -> GymServeGenerator:
         source = RecordedRollouts(rows)
@@ -65,17 +54,16 @@ async def main(rollouts_file: str, tokenizer_path: str, other_tokenizer_path: st
         )
 
     given = batch(rollouts, repeats=2)
-    output = await generator(recorded).generate(given)
+    output = await generator(with_a_failure).generate(given)
     validate_generator_output(len(given["prompts"]), output)  # SkyRL's own check, as its trainer runs it
 
-    text_only = {**rollouts[0], "response": {**rollouts[0]["response"], "output": [
-        {k: v for k, v in item.items() if k not in TOKEN_FIELDS} for item in rollouts[0]["response"]["output"]
-    ]}}  # fmt: skip
     other = AutoTokenizer.from_pretrained(other_tokenizer_path)
     errors = {
-        "no_token_ids": await error_of(generator([text_only, *rollouts[1:]]), given),
-        "tokenizer": await error_of(generator(rollouts, other), given),
-        "prompt_too_long": await error_of(generator(rollouts, limit=4), given),
+        "no_token_ids": await recorded.refusal(
+            generator([recorded.text_only(rollouts[0]), *rollouts[1:]]).generate(given)
+        ),
+        "tokenizer": await recorded.refusal(generator(rollouts, other).generate(given)),
+        "prompt_too_long": await recorded.refusal(generator(rollouts, limit=4).generate(given)),
     }
     output["trajectory_ids"] = [[t.instance_id, t.repetition_id] for t in output["trajectory_ids"]]
     Path(out).write_text(json.dumps({"received": output, "errors": errors}))

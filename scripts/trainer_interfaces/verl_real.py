@@ -14,13 +14,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import recorded
 from transformers import AutoTokenizer
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, AgentLoopWorker
 
-from gym_serve.errors import GymServeError
 from gym_serve.trainers.source import RecordedRollouts
 from gym_serve.trainers.verl import GymServeAgentLoop
-from gym_serve.wire.tokens import TOKEN_FIELDS
 
 PROMPT_LENGTH, RESPONSE_LENGTH = 512, 256
 
@@ -37,21 +36,17 @@ def agent_loop(
     return loop
 
 
-async def error_of(loop: GymServeAgentLoop, row: dict[str, Any]) -> str:
-    try:
-        await loop.run({"temperature": 1.0}, extra_info={"gym_serve_row": row}, raw_prompt=[])
-    except GymServeError as e:
-        return f"{type(e).__name__}: {e}"
-    raise AssertionError("the agent loop took a rollout it must refuse")
+def run(loop: GymServeAgentLoop, row: dict[str, Any]) -> Any:
+    """One trajectory, as verl's `AgentLoopWorker` asks for it."""
+    return loop.run({"temperature": 1.0}, extra_info={"gym_serve_row": row}, raw_prompt=[])
 
 
 async def main(rollouts_file: str, tokenizer_path: str, other_tokenizer_path: str, out: str) -> None:
-    lines = Path(rollouts_file).read_text().splitlines()
-    rollouts = [json.loads(line) for line in lines if line.strip()]
+    rollouts = recorded.load(rollouts_file)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
     loop = agent_loop(rollouts, tokenizer)
     rows = [{k: v for k, v in r.items() if k in ("responses_create_params", "agent_ref")} for r in rollouts]
-    outputs = [await loop.run({"temperature": 1.0}, extra_info={"gym_serve_row": row}, raw_prompt=[]) for row in rows]
+    outputs = [await run(loop, row) for row in rows]
     assert all(type(o) is AgentLoopOutput for o in outputs), "verl's own AgentLoopOutput"
 
     worker = object.__new__(AgentLoopWorker)  # only its post-processing: no Ray actor, no LLM server
@@ -63,16 +58,12 @@ async def main(rollouts_file: str, tokenizer_path: str, other_tokenizer_path: st
     padded = [await worker._agent_loop_postprocess(o, validate=False, raw_prompt=[]) for o in outputs]
     batch = worker._postprocess(padded, input_non_tensor_batch=None)
 
-    failed = {**rollouts[0], "_ng_failure_class": "model_error", "error": "503", "attempts": 3}
-    text_only = {**rollouts[0], "response": {**rollouts[0]["response"], "output": [
-        {k: v for k, v in item.items() if k not in TOKEN_FIELDS} for item in rollouts[0]["response"]["output"]
-    ]}}  # fmt: skip
     other = AutoTokenizer.from_pretrained(other_tokenizer_path)
     errors = {
-        "failed": await error_of(agent_loop([failed], tokenizer), rows[0]),
-        "no_token_ids": await error_of(agent_loop([text_only], tokenizer), rows[0]),
-        "tokenizer": await error_of(agent_loop(rollouts[:1], other), rows[0]),
-        "prompt_too_long": await error_of(agent_loop(rollouts[:1], tokenizer, prompt_length=4), rows[0]),
+        "failed": await recorded.refusal(run(agent_loop([recorded.failed(rollouts[0])], tokenizer), rows[0])),
+        "no_token_ids": await recorded.refusal(run(agent_loop([recorded.text_only(rollouts[0])], tokenizer), rows[0])),
+        "tokenizer": await recorded.refusal(run(agent_loop(rollouts[:1], other), rows[0])),
+        "prompt_too_long": await recorded.refusal(run(agent_loop(rollouts[:1], tokenizer, prompt_length=4), rows[0])),
     }
     received = {key: value.tolist() for key, value in batch.batch.items()}
     received.update({key: value.tolist() for key, value in batch.non_tensor_batch.items() if key.endswith("steps")})
