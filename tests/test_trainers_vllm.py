@@ -334,10 +334,11 @@ def test_unsloths_grpo_recipe_trains_on_gym_serve_rollouts_on_cpu(
     assert result["device_type"] == "cpu" and result["steps"] == 2, "Unsloth's CPU backend ran the recipe's steps"
     assert result["settings"]["learning_rate"] == 5e-6 and result["settings"]["num_generations"] == 6
     assert set(result["changed"]) >= {"use_vllm", "per_device_train_batch_size", "max_prompt_length", "max_steps"}
-    assert [b["step"] for b in result["batches"]] == [0, 1] and result["lora_tensors_moved"] > 0
+    assert [b["step"] for b in result["batches"]] == [0, 1], "each step's batch came through gym-serve's hook"
     for batch in result["batches"]:
         assert len(batch["masks"]) == 6 and all(0 in m and 1 in m for m in batch["masks"]), "tool output masked"
-    print("Unsloth", result["unsloth"], "changed for CPU:", result["changed"])
+        assert all(isinstance(r, float) for r in batch["rewards"])
+    print("Unsloth", result["unsloth"], result["model_class"], "changed:", result["changed"])
 
 
 def test_the_async_trl_worker_feeds_trls_own_rollout_queue(base_url: str) -> None:

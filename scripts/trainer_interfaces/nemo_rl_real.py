@@ -5,8 +5,9 @@ NeMo Gym's `nemo_gym.rollout_collection.RolloutCollectionHelper`, replaced by `g
 as NeMo RL's Ray worker setup hook would, built with no arguments as NeMo RL's `NemoGym` actor builds it (its
 source, tokenizer and prompt limit from GYM_SERVE_URL, GYM_SERVE_TOKEN, GYM_SERVE_TOKENIZER and
 GYM_SERVE_MAX_PROMPT_LENGTH), and iterated as NeMo RL iterates `run_examples`. The rollouts come live from
-gym-serve's ingress; every result is read back through NeMo Gym's own types (`BaseVerifyResponse`, the
-`...ForTraining` output items that carry token ids), and what NeMo RL would receive is written as JSON.
+gym-serve's ingress; every model call's item is read back through NeMo Gym's own training types (the
+`...ForTraining` items that carry token ids), and what NeMo RL would receive is written as JSON, with what NeMo
+Gym's `BaseVerifyResponse` finds missing from the row (NeMo RL reads the dict; it does not validate it).
 
     PYTHONPATH=. VENV/bin/python scripts/trainer_interfaces/nemo_rl_real.py ROWS.jsonl OTHER_TOKENIZER OUT
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import recorded
+from pydantic import ValidationError
 
 from gym_serve.trainers import nemo_rl
 
@@ -60,19 +62,29 @@ async def refused_with(rows: list[dict[str, Any]], **environment: str) -> str:
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
 
 
+def _verify_problems(result: dict[str, Any]) -> list[str]:
+    """What NeMo Gym's `BaseVerifyResponse` finds wrong with the row as it stands (NeMo RL itself reads the dict)."""
+    try:
+        BaseVerifyResponse.model_validate(result)
+    except ValidationError as e:
+        return [".".join(str(part) for part in error["loc"]) for error in e.errors()]
+    return []
+
+
 async def main(rows_file: str, other_tokenizer: str, out: str) -> None:
     assert RolloutCollectionHelper is nemo_rl.GymServeRolloutCollection, "install() replaced NeMo Gym's class"
     rows = recorded.load(rows_file)
     results = await collect(rows)
     received = []
     for result in results:
-        verified = BaseVerifyResponse.model_validate(result)  # NeMo Gym's own type of a /run result
         items = [item for item in result["response"]["output"] if "generation_token_ids" in item]
         typed = [TRAINING_ITEM[item["type"]].model_validate(item) for item in items]
         calls = [{"prompt": t.prompt_token_ids, "generation": t.generation_token_ids} for t in typed]
         for call, t in zip(calls, typed, strict=True):
             call["logprobs"] = t.generation_log_probs
-        received.append({"reward": verified.reward, "calls": calls})
+        received.append(
+            {"reward": float(result["reward"]), "calls": calls, "as_verify_response": _verify_problems(result)}
+        )
     errors = {
         "tokenizer": await refused_with(rows[:1], GYM_SERVE_TOKENIZER=other_tokenizer),
         "prompt_too_long": await refused_with(rows[:1], GYM_SERVE_MAX_PROMPT_LENGTH="4"),

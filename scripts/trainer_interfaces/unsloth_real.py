@@ -10,6 +10,7 @@ tutorial notebook, its values kept wherever TRL and a CPU take them (`RECIPE`; w
 """
 
 # ruff: noqa: I001  (the import order is Unsloth's requirement)
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -67,9 +68,12 @@ def main(url: str, token: str, model_path: str, rows_file: str, out: str) -> Non
     changed = dict(CHANGED)
     settings = {k: v for k, v in RECIPE.items() if k not in ("max_prompt_length", "save_steps")}
     settings.update({k: v for k, (v, _) in CHANGED.items() if v is not None})
-    if not _eight_bit_adam_runs():
-        settings["optim"] = "adamw_torch"
-        changed["optim"] = ("adamw_torch", "bitsandbytes' 8-bit AdamW does not run on this CPU")
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    if "warmup_ratio" not in fields:  # transformers 5 folded it into warmup_steps (a float below 1 is a ratio)
+        settings["warmup_steps"] = settings.pop("warmup_ratio")
+        changed["warmup_ratio"] = (None, "transformers 5 has no warmup_ratio: warmup_steps=0.1 is the same ratio")
+    for name in sorted(set(settings) - fields):
+        raise SystemExit(f"the recipe's `{name}` is not a field of this TRL's GRPOConfig")
     rollouts = TRLRollouts(lambda: GymClient(url, token=token), rows, max_prompt_length=RECIPE["max_prompt_length"])
     args = GRPOConfig(
         output_dir=str(Path(out).parent / "unsloth-out"),
@@ -89,6 +93,8 @@ def main(url: str, token: str, model_path: str, rows_file: str, out: str) -> Non
         train_dataset=rollouts.dataset(),
         rollout_func=rollouts,
     )
+    if trainer.args.optim != settings["optim"]:  # Unsloth's CPU backend swaps what a CPU cannot run
+        changed["optim"] = (str(trainer.args.optim), "Unsloth's CPU backend: the recipe's 8-bit AdamW needs a GPU")
     lora = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     trainer.train()
     moved = [n for n, p in model.named_parameters() if p.requires_grad and not torch.equal(p.detach(), lora[n])]
@@ -100,7 +106,8 @@ def main(url: str, token: str, model_path: str, rows_file: str, out: str) -> Non
         "unsloth": unsloth.__version__,
         "device_type": unsloth.DEVICE_TYPE,
         "model_class": type(model).__name__,
-        "settings": {k: v for k, v in settings.items()},
+        "settings": settings,
+        "optim_used": str(trainer.args.optim),
         "changed": {k: [v, why] for k, (v, why) in changed.items()},
         "steps": trainer.state.global_step,
         "batches": batches,
@@ -109,20 +116,6 @@ def main(url: str, token: str, model_path: str, rows_file: str, out: str) -> Non
     }
     Path(out).write_text(json.dumps(result))
     print(f"ok: Unsloth {unsloth.__version__} ({unsloth.DEVICE_TYPE}) trained {trainer.state.global_step} GRPO steps")
-
-
-def _eight_bit_adam_runs() -> bool:
-    """Does bitsandbytes' 8-bit AdamW take a step on this machine (the recipe's `optim`)?"""
-    try:
-        import bitsandbytes as bnb
-
-        weight = torch.nn.Parameter(torch.ones(4096))
-        optimizer = bnb.optim.AdamW8bit([weight])
-        weight.sum().backward()
-        optimizer.step()
-    except Exception:  # no CPU kernels, or no bitsandbytes: reported as a change, never hidden
-        return False
-    return True
 
 
 if __name__ == "__main__":
