@@ -223,7 +223,14 @@ def trainer_env(name: str) -> Path:
     """The trainer's own virtual environment: `.ci/run` builds it in the background while it installs gym-serve
     (`python3 scripts/trainer_envs.py build NAME` by hand); waited for while its build runs, a failure otherwise."""
     found = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "trainer_envs.py"), "path", name, "--wait", "1200"],
+        [
+            sys.executable,
+            str(REPO / "scripts" / "trainer_envs.py"),
+            "path",
+            name,
+            "--wait",
+            "360",
+        ],  # within the test's own timeout,
         capture_output=True,
         text=True,
     )
