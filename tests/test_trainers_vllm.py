@@ -222,18 +222,9 @@ def other_tokenizer(tiny_model: Path) -> Path:
 def trainer_env(name: str) -> Path:
     """The trainer's own virtual environment: `.ci/run` builds it in the background while it installs gym-serve
     (`python3 scripts/trainer_envs.py build NAME` by hand); waited for while its build runs, a failure otherwise."""
-    found = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "scripts" / "trainer_envs.py"),
-            "path",
-            name,
-            "--wait",
-            "360",
-        ],  # within the test's own timeout,
-        capture_output=True,
-        text=True,
-    )
+    wait_s = "360"  # within the test's own timeout
+    script = str(REPO / "scripts" / "trainer_envs.py")
+    found = subprocess.run([sys.executable, script, "path", name, "--wait", wait_s], capture_output=True, text=True)
     if found.returncode != 0:
         pytest.fail(found.stderr.strip() or found.stdout, pytrace=False)
     return Path(found.stdout.strip())
