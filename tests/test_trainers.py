@@ -1,14 +1,13 @@
-"""The trainer adapters without a model server: the shared sequence builder, bad input, each trainer's contract.
+"""The trainer adapters without a model server: the shared sequence builder, bad input, each adapter's logic.
 
 Rollouts here are token-bundle rows made by `CannedSource` (a stand-in for gym-serve's rollout stream, for the
-logic around it); `tests/test_trainers_vllm.py` runs the same adapters on real vLLM rollouts. TRL is the real
-package (its GRPOTrainer trains on CPU here); verl, SkyRL and NeMo RL are checked against their contracts
-copied from their source (`tests/trainer_contracts.py`), as they do not install beside gym-serve.
+logic around it); `tests/test_trainers_vllm.py` runs the same adapters on real vLLM rollouts, and verl, SkyRL and
+NeMo RL against their real packages in their own environments. TRL is the real package (its GRPOTrainer trains on
+CPU here).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,9 +20,11 @@ from gym_serve.rollout.replay import ReplayModel
 from gym_serve.testing.fixtures import example_rows
 from gym_serve.testing.tiny_model import make_tiny_model
 from gym_serve.trainers.nemo_rl import GymServeRolloutCollection
+from gym_serve.trainers.openrlhf import executor_output
 from gym_serve.trainers.sequence import (
     MissingTokenIds,
     NonContiguousRollout,
+    PromptTooLong,
     RolloutFailed,
     build_sequence,
     group_advantages,
@@ -33,8 +34,7 @@ from gym_serve.trainers.skyrl import GymServeGenerator, generator_output
 from gym_serve.trainers.source import run_groups
 from gym_serve.trainers.trl import TRLRollouts, checkpoint_push, gym_reward
 from gym_serve.trainers.trl_async import GymServeWeightTransfer, rollout_samples
-from gym_serve.trainers.verl import GymServeAgentLoop, agent_loop_fields
-from tests import trainer_contracts as contract
+from gym_serve.trainers.verl import agent_loop_fields
 
 EOS = 2
 
@@ -134,6 +134,8 @@ async def test_a_rollout_from_a_model_tier_without_token_ids_is_refused_by_every
         generator_output([[rollout]], eos_token_id=EOS)
     with pytest.raises(MissingTokenIds):
         rollout_samples([rollout], group_id=0, model_version=0)
+    with pytest.raises(MissingTokenIds):
+        executor_output(rollout, prompt="p", label="{}", images=None, prompt_ids=[1], logprobs=True)
 
     class TextOnly(CannedSource):
         async def rollouts(self, rows: Any, *, num_repeats: int = 1, **sampling: Any) -> Any:
@@ -141,7 +143,7 @@ async def test_a_rollout_from_a_model_tier_without_token_ids_is_refused_by_every
                 yield {**rollout, "_ng_task_index": r["_ng_task_index"], "_ng_rollout_index": 0}
 
     with pytest.raises(MissingTokenIds):
-        await contract.run_like_nemo_rl(GymServeRolloutCollection(TextOnly), [row])
+        await collect_like_nemo_rl(GymServeRolloutCollection(TextOnly), [row])
 
 
 def test_a_rollout_whose_calls_do_not_extend_each_other_is_refused_as_nemo_rl_does() -> None:
@@ -207,7 +209,7 @@ def test_trl_trains_with_a_failed_rollout_unscored_and_masked_and_pushes_weights
     pushes: list[tuple[Path, int]] = []
     rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(2)]
     push = checkpoint_push(tiny_model.parent / "pushed", lambda path, v: pushes.append((path, v)))
-    hook = TRLRollouts(lambda: CannedSource(frozenset({(0, 1)})), rows, push_weights=push)
+    hook = TRLRollouts(lambda: CannedSource(frozenset({(0, 1)})), rows, push_weights=push, verify_tokenizer=False)
     args = GRPOConfig(
         output_dir=str(tiny_model.parent / "out"),
         use_cpu=True,
@@ -275,77 +277,69 @@ def test_trls_async_rollout_samples_are_trls_own_with_advantages_from_the_scored
     assert sent == [(["w"], 1), (["w"], 2)], "each sync is the next version, as the trainer counts them"
 
 
-# ---- verl, SkyRL, NeMo RL (contracts copied from their source) -----------------------------------------------------
+# ---- verl, SkyRL, NeMo RL: the logic (their real packages: tests/test_trainers_vllm.py) -----------------------------
 
 
-def test_verl_gets_agent_loop_outputs_its_post_processing_takes() -> None:
+def test_verl_fields_cut_the_response_carry_the_versions_and_refuse_a_long_prompt() -> None:
     fields = agent_loop_fields(two_turn(1, 0, 1.0, policy_version=3), prompt_length=8, response_length=5)
-    output = contract.AgentLoopOutput(**{**fields, "metrics": contract.AgentLoopMetrics(**fields["metrics"])})
-    assert output.response_ids == [10, 11, 20, 21, 22] and output.response_mask == [1, 1, 0, 0, 0], "cut at 5"
-    assert output.reward_score == 1.0 and output.num_turns == 1 + 2 + 1 and output.metrics.tool_calls == 0.125
-    padded = contract.verl_padded(output, 8, 5)
-    assert padded["prompts"].tolist() == [0] * 5 + [1, 5, 7] and padded["global_steps"].tolist() == [3, 3]
+    assert fields["response_ids"] == [10, 11, 20, 21, 22] and fields["response_mask"] == [1, 1, 0, 0, 0], "cut at 5"
+    assert (
+        fields["reward_score"] == 1.0 and fields["num_turns"] == 1 + 2 + 1 and fields["metrics"]["tool_calls"] == 0.125
+    )
+    assert fields["extra_fields"]["min_global_steps"] == fields["extra_fields"]["max_global_steps"] == 3
     unversioned = agent_loop_fields(two_turn(1, 0, 1.0), prompt_length=8, response_length=9, fallback_version=6)
     assert unversioned["extra_fields"]["min_global_steps"] == unversioned["extra_fields"]["max_global_steps"] == 6
-    with pytest.raises(ValueError, match="prompt has 3 tokens, over verl's `actor_rollout_ref.rollout.prompt_length`"):
+    message = r"\(task 1, rollout 0\): its prompt has 3 tokens, over the trainer's limit of 2; raise `actor_rollout"
+    with pytest.raises(PromptTooLong, match=message):
         agent_loop_fields(two_turn(1, 0, 1.0), prompt_length=2, response_length=9)
     with pytest.raises(RolloutFailed):
         agent_loop_fields(failed(two_turn(1, 0, 0), 0), prompt_length=8, response_length=9)
-
-
-async def test_verls_agent_loop_runs_one_gym_serve_rollout_per_trajectory(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "verl.experimental.agent_loop.agent_loop", contract.verl_module())
-    rollout = SimpleNamespace(prompt_length=16, response_length=16)
-    loop = GymServeAgentLoop(
-        SimpleNamespace(config=SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=rollout))),
-        agent="weather",
-        server_manager=object(),
-        tokenizer=object(),
-    )
-    source = CannedSource()
-    monkeypatch.setattr(loop, "_source", lambda: source)
-    output = await loop.run({"temperature": 0.7, "top_p": 1.0, "logprobs": False}, raw_prompt=[{"role": "user"}])
-    assert isinstance(output, contract.AgentLoopOutput) and sum(output.response_mask) == 4
-    (rows, repeats, sampling) = source.requests[0]
-    assert repeats == 1 and rows[0]["agent_ref"] == {"name": "weather"}
-    assert sampling == {"temperature": 0.7, "top_p": 1.0}
 
 
 async def test_skyrl_gets_one_row_per_input_with_failures_as_reward_zero_and_an_empty_mask() -> None:
     from dataclasses import dataclass
 
     @dataclass
-    class TrajectoryID:  # skyrl/train/generators/base.py
+    class TrajectoryID:  # the shape of skyrl/train/generators/base.py's
         instance_id: str
         repetition_id: int
 
     ids = [TrajectoryID(uid, r) for uid in ("a", "b") for r in range(3)]
     batch = {
         "prompts": [[{"role": "user", "content": t.instance_id}] for t in ids],
-        "env_classes": ["gym_serve"] * 6,
         "env_extras": [{} for _ in ids],
         "sampling_params": {"temperature": 1.0, "max_generate_length": 64},
         "trajectory_ids": ids,
-        "batch_metadata": None,
     }
     source = CannedSource(fail=frozenset({(1, 2)}))
     out = await GymServeGenerator(lambda: source, eos_token_id=EOS).generate(batch)
-    contract.validate_generator_output(6, out)
     assert out["rewards"] == [0.0, 1.0, 2.0, 0.0, 1.0, 0.0] and out["stop_reasons"][-1] == "error"
     assert out["loss_masks"][5] == [0] and out["loss_masks"][0] == [1, 1, 0, 0, 0, 1, 1]
     assert out["trajectory_ids"] is ids and out["rollout_metrics"]["gym_serve/failed_rollouts"] == 1.0
     assert [n for _, n, _ in source.requests] == [3] and source.requests[0][2]["max_output_tokens"] == 64
+    with pytest.raises(PromptTooLong, match="raise `trainer.max_prompt_length`"):
+        await GymServeGenerator(CannedSource, eos_token_id=EOS, max_prompt_length=2).generate(batch)
+
+
+async def collect_like_nemo_rl(rch: GymServeRolloutCollection, examples: list[dict[str, Any]]) -> list[Any]:
+    """NeMo RL's loop over `run_examples`: awaitables in completion order, put back in order by `_rowidx`."""
+    rows = [{**example, "_rowidx": i} for i, example in enumerate(examples)]
+    results: list[Any] = [None] * len(rows)
+    for task in rch.run_examples(examples=rows, head_server_config=None):
+        row, result = await task
+        results[row["_rowidx"]] = result
+    return results
 
 
 async def test_nemo_rl_collects_through_the_stand_in_and_a_failure_raises_where_it_awaits() -> None:
     examples = [{"responses_create_params": {"input": []}, "agent_ref": {"name": "weather"}} for _ in range(4)]
-    results = await contract.run_like_nemo_rl(GymServeRolloutCollection(CannedSource), examples)
-    assert [r["full_result"]["_ng_task_index"] for r in results] == [0, 1, 2, 3], "back in input order"
-    assert [len(g) for g in contract.nemo_rl_groups(results).values()] == [1, 1, 1, 1]
-    assert contract.nemo_rl_loss_mask(results[0]) == [0, 0, 0, 1, 1, 0, 0, 0, 1, 1]
+    results = await collect_like_nemo_rl(GymServeRolloutCollection(CannedSource), examples)
+    assert [r["_ng_task_index"] for r in results] == [0, 1, 2, 3], "back in input order"
     with pytest.raises(RolloutFailed, match=r"\(task 2, rollout 0\) failed \(model_error\)"):
         failing = frozenset({(2, 0)})
-        await contract.run_like_nemo_rl(GymServeRolloutCollection(lambda: CannedSource(failing)), examples)
+        await collect_like_nemo_rl(GymServeRolloutCollection(lambda: CannedSource(failing)), examples)
+    with pytest.raises(PromptTooLong, match="raise `GYM_SERVE_MAX_PROMPT_LENGTH`"):
+        await collect_like_nemo_rl(GymServeRolloutCollection(CannedSource, max_prompt_length=2), examples)
 
 
 async def test_the_in_cluster_source_names_a_row_it_cannot_route() -> None:

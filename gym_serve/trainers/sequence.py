@@ -32,14 +32,19 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from gym_serve.errors import ConfigError, GymServeError
+from gym_serve.wire.responses import output_text
 from gym_serve.wire.tokens import check_contiguity, token_calls
 
 __all__ = [
     "MissingTokenIds",
     "NonContiguousRollout",
+    "PromptTooLong",
     "RolloutFailed",
+    "TokenizerMismatch",
     "TrainingSequence",
     "build_sequence",
+    "check_prompt_length",
+    "check_tokenizer",
     "failure_class",
     "group_advantages",
     "group_sequences",
@@ -69,6 +74,14 @@ class NonContiguousRollout(GymServeError):
     def __init__(self, rollout: dict[str, Any], problems: list[str]) -> None:
         super().__init__(f"rollout {rollout_id(rollout)}: Non-contiguous messages found! {'; '.join(problems)}")
         self.problems = problems
+
+
+class TokenizerMismatch(ConfigError):
+    """Raised when the trainer's tokenizer reads the sampled ids as other text than the model tier wrote."""
+
+
+class PromptTooLong(ConfigError):
+    """Raised when a rollout's prompt alone is longer than the trainer takes (it would be cut, losing the task)."""
 
 
 class RolloutFailed(GymServeError):
@@ -171,6 +184,65 @@ def build_sequence(rollout: dict[str, Any]) -> TrainingSequence:
         policy_version_min=min(versions) if known else None,
         policy_version_max=max(versions) if known else None,
     )
+
+
+def check_tokenizer(rollout: dict[str, Any], tokenizer: Any, *, trainer: str) -> None:
+    """Raise `TokenizerMismatch` unless `tokenizer` reads the rollout's ids as the model tier wrote them.
+
+    The model tier's ids are only worth training on with the tokenizer that made
+    them: another vocabulary turns the same ids into other words. The first
+    call's prompt is the tier's own rendering, so with the same tokenizer its
+    ids are all in the vocabulary, decode to text that encodes back to the same
+    ids, and that text holds the row's input texts; the episode holds the last
+    assistant message (or function name called). A chat template adds markup
+    around a text, never changes it.
+    """
+    calls = token_calls((rollout.get("response") or {}).get("output") or [])
+    if not calls:
+        raise MissingTokenIds(rollout)
+    prompt_ids = calls[0]["prompt_token_ids"]
+    unknown = [i for i in prompt_ids if not 0 <= i < len(tokenizer)]
+    prompt = tokenizer.decode(prompt_ids)
+    episode = tokenizer.decode([*calls[-1]["prompt_token_ids"], *calls[-1]["generation_token_ids"]])
+    given = (rollout.get("responses_create_params") or {}).get("input") or []
+    texts = [given] if isinstance(given, str) else [_text(m.get("content")) for m in given if isinstance(m, dict)]
+    output = rollout["response"]["output"]
+    called = [item.get("name") or "" for item in output if item.get("type") == "function_call"]
+    answer = output_text(output).strip() or (called[-1] if called else "")
+    problems = [f"id {unknown[0]} is outside its vocabulary of {len(tokenizer)}"] if unknown else []
+    if not problems and list(tokenizer.encode(prompt, add_special_tokens=False)) != list(prompt_ids):
+        problems.append("the prompt's ids decode to text it encodes to other ids")
+    missing = [t for t in (t.strip() for t in texts) if t and t not in prompt]
+    if answer and answer not in episode:
+        missing.append(answer)
+    problems += [f"{missing[0][:60]!r} is not in the decoded text"] if missing else []
+    if problems:
+        raise TokenizerMismatch(
+            f"rollout {rollout_id(rollout)}: {trainer}'s tokenizer decodes the model tier's token ids to other text "
+            f"({'; '.join(problems)}): the trainer and gym-serve's model tier must use the same tokenizer, or the "
+            "trainer learns from ids that mean other words",
+            key="tokenizer",
+        )
+
+
+def check_prompt_length(sequence: TrainingSequence, limit: int, *, setting: str) -> None:
+    """Raise `PromptTooLong` when the sequence's prompt exceeds `limit` tokens (the trainer's `setting`)."""
+    if len(sequence.prompt_ids) > limit:
+        raise PromptTooLong(
+            f"rollout (task {sequence.task_index}, rollout {sequence.rollout_index}): its prompt has "
+            f"{len(sequence.prompt_ids)} tokens, over the trainer's limit of {limit}; raise `{setting}` or shorten "
+            "the task (a prompt cut to fit loses the task)",
+            key=setting,
+        )
+
+
+def _text(content: Any) -> str:
+    """A message's text: a string, or the text parts of a content list joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text") or "" for part in content if isinstance(part, dict))
+    return ""
 
 
 def placeholder_sequence(failed: dict[str, Any], prompt_ids: list[int], filler_id: int) -> TrainingSequence:

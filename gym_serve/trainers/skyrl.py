@@ -2,7 +2,8 @@
 
     class GymServeExp(BasePPOExp):                      # skyrl.train.entrypoints.main_base
         def get_generator(self, cfg, tokenizer, inference_engine_client):
-            return GymServeGenerator(lambda: GymClient(url, token=token), eos_token_id=tokenizer.eos_token_id)
+            return GymServeGenerator(lambda: GymClient(url, token=token), eos_token_id=tokenizer.eos_token_id,
+                                     tokenizer=tokenizer, max_prompt_length=cfg.trainer.max_prompt_length)
 
 The contract (skyrl/train/generators/base.py, utils.py, trainer_utils.py):
 `generate(input_batch)` gets `prompts` (chat messages), `env_extras` (the
@@ -24,8 +25,10 @@ failure field) comes back as reward 0.0 with an all-zero loss mask and
 Note that SkyRL's group mean counts that 0.0. A rollout cut by the output-token
 limit has `stop_reason: "length"` (SkyRL's `apply_overlong_filtering` masks it).
 
-SkyRL needs Python 3.12 (gym-serve tests on 3.11), so this adapter is tested
-against the contract above; the output is a plain dict, as SkyRL's TypedDict is.
+SkyRL needs Python 3.12 (gym-serve tests on 3.11), so this adapter's tests run
+in SkyRL's own environment (`scripts/trainer_envs.py`) against SkyRL's real
+`GeneratorInterface` and `validate_generator_output`; the output is a plain
+dict, as SkyRL's TypedDict is.
 """
 
 from __future__ import annotations
@@ -33,25 +36,45 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gym_serve.trainers.sequence import TrainingSequence, failure_class, group_sequences
+from gym_serve.trainers.sequence import (
+    TrainingSequence,
+    check_prompt_length,
+    check_tokenizer,
+    failure_class,
+    group_sequences,
+)
 from gym_serve.trainers.source import SourceFactory, run_groups
 
 __all__ = ["GymServeGenerator", "generator_output"]
 
 
 def generator_output(
-    groups: list[list[dict[str, Any]]], *, eos_token_id: int, trajectory_ids: list[Any] | None = None
+    groups: list[list[dict[str, Any]]],
+    *,
+    eos_token_id: int,
+    trajectory_ids: list[Any] | None = None,
+    tokenizer: Any = None,
+    max_prompt_length: int | None = None,
 ) -> dict[str, Any]:
-    """SkyRL's `GeneratorOutput` for groups of rollouts (each group the repeats of one prompt, in order)."""
+    """SkyRL's `GeneratorOutput` for groups of rollouts (each group the repeats of one prompt, in order).
+
+    With SkyRL's `tokenizer` each rollout's ids are checked to be that tokenizer's, and with
+    `max_prompt_length` (SkyRL's `trainer.max_prompt_length`) each prompt's length.
+    """
     sequences: list[TrainingSequence] = []
     stop_reasons: list[str] = []
     for group in groups:
-        sequences += group_sequences(group, eos_token_id)
-        for rollout in group:
+        built = group_sequences(group, eos_token_id)
+        sequences += built
+        for rollout, s in zip(group, built, strict=True):
             if failure_class(rollout) is not None:
                 stop_reasons.append("error")
-            else:
-                stop_reasons.append("length" if rollout.get("truncated") else "stop")
+                continue
+            if tokenizer is not None:
+                check_tokenizer(rollout, tokenizer, trainer="SkyRL")
+            if max_prompt_length is not None:
+                check_prompt_length(s, max_prompt_length, setting="trainer.max_prompt_length")
+            stop_reasons.append("length" if rollout.get("truncated") else "stop")
     trained = [s for s in sequences if s.trainable]
     return {
         "prompt_token_ids": [s.prompt_ids for s in sequences],
@@ -71,10 +94,20 @@ def generator_output(
 class GymServeGenerator:
     """A SkyRL generator whose trajectories gym-serve runs (it does not use SkyRL's inference engines)."""
 
-    def __init__(self, source: SourceFactory, *, eos_token_id: int, default_agent: str | None = None) -> None:
+    def __init__(
+        self,
+        source: SourceFactory,
+        *,
+        eos_token_id: int,
+        default_agent: str | None = None,
+        tokenizer: Any = None,
+        max_prompt_length: int | None = None,
+    ) -> None:
         self.source = source
         self.eos_token_id = eos_token_id
         self.default_agent = default_agent
+        self.tokenizer = tokenizer
+        self.max_prompt_length = max_prompt_length
 
     async def generate(self, input_batch: dict[str, Any]) -> dict[str, Any]:
         prompts = input_batch["prompts"]
@@ -90,7 +123,13 @@ class GymServeGenerator:
             sampling["max_output_tokens"] = params["max_generate_length"]
         async with self.source() as source:
             groups = await run_groups(source, [rows[i] for i in starts], counts, **sampling)
-        return generator_output(groups, eos_token_id=self.eos_token_id, trajectory_ids=ids)
+        return generator_output(
+            groups,
+            eos_token_id=self.eos_token_id,
+            trajectory_ids=ids,
+            tokenizer=self.tokenizer,
+            max_prompt_length=self.max_prompt_length,
+        )
 
     def _row(self, prompt: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
         row = dict(extra.get("gym_serve_row") or {"responses_create_params": {"input": list(prompt)}})

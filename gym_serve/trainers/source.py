@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
-__all__ = ["RolloutSource", "SourceFactory", "run_groups", "run_groups_sync"]
+__all__ = ["RecordedRollouts", "RolloutSource", "SourceFactory", "run_groups", "run_groups_sync"]
 
 
 class RolloutSource(Protocol):
@@ -23,6 +23,34 @@ class RolloutSource(Protocol):
     def rollouts(
         self, rows: Iterable[dict[str, Any]], *, num_repeats: int = 1, **sampling: Any
     ) -> AsyncIterator[dict[str, Any]]: ...
+
+
+class RecordedRollouts:
+    """A source that replays rollout rows recorded earlier (a collection's output file), for a dry run of a
+    trainer's setup without a cluster: each request takes the next recorded rollouts, in order, stamped with the
+    task and rollout index it asked for. It runs out loudly, never repeats a rollout.
+    """
+
+    def __init__(self, recorded: Iterable[dict[str, Any]]) -> None:
+        self.recorded = list(recorded)
+        self.taken = 0
+
+    async def __aenter__(self) -> RecordedRollouts:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def rollouts(
+        self, rows: Iterable[dict[str, Any]], *, num_repeats: int = 1, **sampling: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        for row in rows:
+            for k in range(num_repeats):
+                if self.taken == len(self.recorded):
+                    raise RuntimeError(f"all {len(self.recorded)} recorded rollouts were replayed")
+                rollout = self.recorded[self.taken]
+                self.taken += 1
+                yield {**rollout, "_ng_task_index": row.get("_ng_task_index"), "_ng_rollout_index": k}
 
 
 SourceFactory = Callable[[], AbstractAsyncContextManager[RolloutSource]]

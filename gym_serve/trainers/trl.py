@@ -45,7 +45,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gym_serve.trainers.sequence import TrainingSequence, group_sequences
+from gym_serve.trainers.sequence import (
+    TrainingSequence,
+    check_prompt_length,
+    check_tokenizer,
+    failure_class,
+    group_sequences,
+)
 from gym_serve.trainers.source import SourceFactory, run_groups_sync
 
 if TYPE_CHECKING:
@@ -107,6 +113,8 @@ class TRLRollouts:
         temperature: float | None = None,
         top_p: float | None = None,
         max_output_tokens: int | None = None,
+        max_prompt_length: int | None = None,
+        verify_tokenizer: bool = True,
         keep_batches: int = 8,
     ) -> None:
         for line, row in enumerate(rows, start=1):
@@ -120,6 +128,10 @@ class TRLRollouts:
             for k, v in {"temperature": temperature, "top_p": top_p, "max_output_tokens": max_output_tokens}.items()
             if v is not None
         }
+        self.max_prompt_length = max_prompt_length
+        """Refuse a rollout whose prompt is longer (TRL >= 1.0 has no prompt limit of its own to read)."""
+        self.verify_tokenizer = verify_tokenizer
+        """Check each rollout's ids against TRL's `processing_class` (`check_tokenizer`); off only for made-up ids."""
         self.pushed_step = 0
         """The step whose weights gym-serve serves; the tier starts on the trainer's initial weights (step 0)."""
         self.batches: collections.deque[TRLBatch] = collections.deque(maxlen=keep_batches)
@@ -149,6 +161,12 @@ class TRLRollouts:
         rollouts = [rollout for group in groups for rollout in group]
         eos = _eos_id(trainer.processing_class)
         sequences = [s for group in groups for s in group_sequences(group, eos)]
+        tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+        for rollout, s in zip(rollouts, sequences, strict=True):
+            if failure_class(rollout) is None and self.verify_tokenizer:
+                check_tokenizer(rollout, tokenizer, trainer="TRL")
+            if failure_class(rollout) is None and self.max_prompt_length is not None:
+                check_prompt_length(s, self.max_prompt_length, setting="max_prompt_length")
         if not any(s.trainable for s in sequences):
             raise RuntimeError(f"step {step}: every rollout of the batch failed, e.g. {rollouts[0].get('error')!r}")
         self.batches.append(TRLBatch(step, rollouts, sequences))

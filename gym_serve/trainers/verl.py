@@ -28,9 +28,9 @@ A failed rollout raises `RolloutFailed`: verl's v1 trainer (the default) marks
 the prompt group failed and re-requests it (async) or pads it (sync); the v0
 path fails the step, as it does for its own loops.
 
-verl 0.9 pins transformers<5.11, so it cannot share gym-serve's environment;
-`agent_loop_fields` is tested against the field contract above, and
-`GymServeAgentLoop.run` builds verl's own `AgentLoopOutput` when verl is there.
+verl 0.9 pins transformers<5.11, so it cannot share gym-serve's environment:
+its tests run in verl's own (`scripts/trainer_envs.py`), on verl's real
+`AgentLoopOutput` and `AgentLoopWorker` post-processing.
 """
 
 from __future__ import annotations
@@ -38,24 +38,36 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gym_serve.trainers.sequence import RolloutFailed, build_sequence, failure_class
+from gym_serve.trainers.sequence import (
+    RolloutFailed,
+    build_sequence,
+    check_prompt_length,
+    check_tokenizer,
+    failure_class,
+)
 from gym_serve.trainers.source import run_groups
 
 __all__ = ["GymServeAgentLoop", "agent_loop_fields", "gym_row"]
 
 
 def agent_loop_fields(
-    rollout: dict[str, Any], *, prompt_length: int, response_length: int, fallback_version: int = 0
+    rollout: dict[str, Any],
+    *,
+    prompt_length: int,
+    response_length: int,
+    fallback_version: int = 0,
+    tokenizer: Any = None,
 ) -> dict[str, Any]:
-    """`AgentLoopOutput`'s fields for one rollout row (`metrics` as a plain dict of `AgentLoopMetrics` fields)."""
+    """`AgentLoopOutput`'s fields for one rollout row (`metrics` as a plain dict of `AgentLoopMetrics` fields).
+
+    With verl's `tokenizer`, the rollout's ids are checked to be that tokenizer's (`check_tokenizer`).
+    """
     if failure_class(rollout) is not None:
         raise RolloutFailed(rollout)
     s = build_sequence(rollout)
-    if len(s.prompt_ids) > prompt_length:
-        raise ValueError(
-            f"rollout (task {s.task_index}, rollout {s.rollout_index}): its prompt has {len(s.prompt_ids)} tokens, "
-            f"over verl's `actor_rollout_ref.rollout.prompt_length` of {prompt_length}; raise it"
-        )
+    if tokenizer is not None:
+        check_tokenizer(rollout, tokenizer, trainer="verl")
+    check_prompt_length(s, prompt_length, setting="actor_rollout_ref.rollout.prompt_length")
     end = min(len(s.completion_ids), response_length)
     timings = rollout.get("_gs_timings") or {}
     output = rollout["response"]["output"]
@@ -115,6 +127,7 @@ class GymServeAgentLoop:
         url: str | None = None,
         token_env: str = "GYM_SERVE_TOKEN",
         agent: str | None = None,
+        tokenizer: Any = None,
         **_verl: Any,
     ) -> None:
         rollout = trainer_config.config.actor_rollout_ref.rollout
@@ -123,6 +136,7 @@ class GymServeAgentLoop:
         self.url = url
         self.token = os.environ.get(token_env)
         self.agent = agent
+        self.tokenizer = tokenizer
 
     async def run(self, sampling_params: dict[str, Any], **fields: Any) -> Any:
         from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
@@ -136,6 +150,7 @@ class GymServeAgentLoop:
             prompt_length=self.prompt_length,
             response_length=self.response_length,
             fallback_version=int(fields.get("global_steps") or 0),
+            tokenizer=self.tokenizer,
         )
         return AgentLoopOutput(**{**values, "metrics": AgentLoopMetrics(**values["metrics"])})
 
