@@ -288,11 +288,7 @@ class _Session:
                 raise _Died()
             if hasattr(builtins, name):
                 continue  # never let the solution stand in for a builtin the tests use
-            module = desc.get("module")
-            if isinstance(module, str) and module in TEST_MODULES:
-                self.names[name] = importlib.import_module(module)  # a fixed name of the list, never theirs
-            elif "value" in desc:
-                self.names[name] = self.decode(desc["value"])  # data, or a handle to the solution's object
+            self.names[name] = for_tests(desc, self.decode)
 
     def exchange(self, op, target, **fields):
         self.next_id += 1
@@ -407,6 +403,18 @@ class _Session:
     def close(self):
         self.runner.kill()
         self.runner.proc.wait()
+
+
+def for_tests(desc, decode):
+    """What a name the solution defined is in the tests' namespace: the harness's own copy of a module on
+    `TEST_MODULES` (imported by the list's fixed name, never by the name the solution sent), else the value it
+    described (plain data, or a handle to its object: a module not on the list stays in the solution's process)."""
+    module = desc.get("module")
+    if isinstance(module, str) and module in TEST_MODULES:
+        return importlib.import_module(module)
+    if "value" not in desc:
+        raise _Died()  # a module described without its handle: not what the runner sends
+    return decode(desc["value"])
 
 
 def _copy_back(original, after):

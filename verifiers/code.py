@@ -425,9 +425,17 @@ async def _execute(command: list[str], work: str, spec: bytes, deadline: float, 
                 tail = (tail + line)[-4000:]
         return tail
 
+    async def ended() -> None:
+        if not fallback:  # the harness is PID 1 of its namespace: everything in it ends with it
+            await proc.wait()
+            return
+        while proc.returncode is None:  # not `wait()`, which also waits for the pipes that leftovers may hold open
+            await asyncio.sleep(0.01)
+        await asyncio.to_thread(_kill_session, proc.pid)  # what it left in its session: the verdict is in
+
     try:
         out, err, _ = await asyncio.wait_for(
-            asyncio.gather(_feed_and_read(proc, spec), stderr_lines(), proc.wait()),
+            asyncio.gather(_feed_and_read(proc, spec), stderr_lines(), ended()),
             timeout=deadline,
         )
     except TimeoutError as e:
