@@ -66,6 +66,19 @@ async def test_structured_outputs_agrees_with_nemo_gym(case: dict[str, Any]) -> 
     assert (got["reward"], got["error_type"]) == (case["reward"], case["error_type"])
 
 
+@pytest.mark.parametrize(
+    "case", [c for c in CASES["structured_outputs/json"] if "tool_call_arguments" in c], ids=lambda c: str(c)
+)
+async def test_structured_outputs_tool_call_rows_agree_with_nemo_gym(case: dict[str, Any]) -> None:
+    """NeMo Gym's v4 rows answer with a function call: its arguments (or their payload key) are the JSON."""
+    runner = EnvRunner(load_environment_class("structured_outputs")())
+    call = {"type": "function_call", "call_id": "c1", "name": "submit", "arguments": case["tool_call_arguments"]}
+    fields = {"schema_str": json.dumps(CASES["structured_outputs_schema"]), "response_mode": "tool_call"}
+    fields |= {"tool_name": "submit", "tool_payload_key": case["tool_payload_key"]}
+    got = await runner.verify(row(**fields), {"output": [call]}, None)
+    assert (got["reward"], got["error_type"]) == (case["reward"], case["error_type"])
+
+
 ANTLR_4_9_PERCENT = {r"\boxed{10\%}": (1.0, r"10\%"), r"\boxed{0.1}": (0.0, "0.100000000000000")}
 r"""What math-verify gives for `10\%` under antlr4-python3-runtime 4.9.3, which NeMo Gym's hydra-core pins (the
 `nemo-gym` extra installs it): latex2sympy2_extended 1.11's parser for 4.9.3 cannot read a percentage, so `10\%`
