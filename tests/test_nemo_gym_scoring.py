@@ -10,6 +10,7 @@ NeMo Gym's rows carry them.
 from __future__ import annotations
 
 import json
+import re
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 
 from gym_serve import EnvRunner
 from gym_serve.environment.registry import load_environment_class
+from gym_serve.errors import FailureKind, failure_kind
 
 CASES = json.loads((Path(__file__).parent / "data" / "nemo_gym" / "scoring_cases.json").read_text())
 REGEX_KEY = next(k for k in CASES if k.startswith("mcqa/template_metadata"))
@@ -118,6 +120,29 @@ def recorded(server: str) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
     rows = {key(r): r for r in map(json.loads, (folder / "example.jsonl").read_text().splitlines())}
     rollouts = list(map(json.loads, (folder / "example_rollouts.jsonl").read_text().splitlines()))
     return [(i, rows[key(rollout)], rollout) for i, rollout in enumerate(rollouts)]
+
+
+async def test_bigcodebench_rows_whose_packages_the_sandbox_lacks_are_missing_package_not_zero() -> None:
+    """NeMo Gym's BigCodeBench recordings: a row whose task imports a package the sandbox's Python lacks (`wordcloud`,
+    and here `pandas`, `psutil`) cannot be scored there: a typed failure naming it, never the silent 0 it was."""
+    from gym_serve.envs.code_generation import task_modules
+    from gym_serve.errors import MissingPackageError
+    from gym_serve.verifiers.code import sandbox_lacks
+
+    runner = EnvRunner(load_environment_class("code_generation")())
+    lacked = []
+    for index, row, rollout in recorded("bigcodebench"):
+        try:
+            got = await runner.verify(row, rollout["response"], None)
+        except MissingPackageError as e:
+            named = set(re.findall(r"`(\w+)`", str(e)))
+            needed = task_modules(runner.env.Task.model_validate(row))
+            assert named and named <= needed and sandbox_lacks(sorted(named)) == sorted(named), (index, str(e))
+            assert failure_kind(e) is FailureKind.MISSING_PACKAGE
+            lacked += named
+            continue
+        assert got["reward"] == rollout["reward"], index
+    assert "wordcloud" in lacked  # BigCodeBench/34's; installed nowhere here
 
 
 @pytest.mark.parametrize("server", sorted(SERVERS))

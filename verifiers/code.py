@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -67,6 +68,7 @@ __all__ = [
     "isolation",
     "run_python",
     "same_stdout",
+    "sandbox_lacks",
     "verify_asserts",
     "verify_calls",
     "verify_stdio",
@@ -144,6 +146,9 @@ class CodeResult:
     """The kernel walls the runners were under (e.g. `seccomp`, `landlock_abi7`)."""
     harness_layers: list[str] = field(default_factory=list)
     """The kernel walls the trusted harness put itself under."""
+    missing_modules: list[str] = field(default_factory=list)
+    """Top-level modules a failed test or run could not import ("No module named ..."): the solution's say-so,
+    to be checked against the task and `sandbox_lacks` before it means anything."""
 
     @property
     def reward(self) -> float:
@@ -228,6 +233,8 @@ async def verify_stdio(
             scored.details.append(f"case {i}: passed")
         else:
             scored.details.append(f"case {i}: {_why(run)}")
+            scored.missing_modules += _missing(run.stderr)
+    scored.missing_modules = sorted(set(scored.missing_modules))
     return scored
 
 
@@ -317,7 +324,31 @@ def _scored(result: dict[str, Any], noun: str, sent: int) -> CodeResult:
             scored.details.append(f"{noun} {i}: passed")
         else:
             scored.details.append(f"{noun} {i}: {detail or 'failed'}")
+    scored.missing_modules = sorted({m for d in scored.details for m in _missing(d)})
     return scored
+
+
+_NO_MODULE = re.compile(r"No module named '([A-Za-z_][\w.]*)'")
+
+
+def _missing(text: str) -> list[str]:
+    return [name.split(".")[0] for name in _NO_MODULE.findall(text)]
+
+
+def sandbox_lacks(modules: list[str]) -> list[str]:
+    """Those of these top-level modules the sandbox's interpreter cannot import (it finds no such module).
+
+    Asked of that interpreter (`python -I`, as the sandbox runs it) without importing anything: a module
+    is looked up, never run. Cached per name: what is installed does not change under a running verifier.
+    """
+    return [name for name in modules if name.isidentifier() and not _sandbox_has(name)]
+
+
+@lru_cache(maxsize=1024)
+def _sandbox_has(module: str) -> bool:
+    probe = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 3)"
+    done = subprocess.run([_python(), "-I", "-c", probe], capture_output=True, env=_minimal_env("/"), cwd="/")
+    return done.returncode != 3
 
 
 def _covers(result: dict[str, Any], key: str, sent: int) -> None:
