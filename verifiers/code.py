@@ -354,17 +354,16 @@ def _sandbox_has(module: str) -> bool:
 def _covers(result: dict[str, Any], key: str, sent: int) -> None:
     """The verdict must hold one well-formed outcome per test sent, no more, no fewer; else it is no verdict."""
     outcomes = result.get(key)
+    if not isinstance(outcomes, list):
+        raise SandboxError(f"the sandbox's verdict holds no `{key}` for the {sent} tests sent")
     if key == "tests":
-        well_formed = isinstance(outcomes, list) and all(
+        well_formed = all(
             isinstance(o, list) and len(o) == 2 and o[0] in ("ok", "fail") and isinstance(o[1], str) for o in outcomes
         )
     else:
-        well_formed = isinstance(outcomes, list) and all(
-            isinstance(o, dict) and _RUN_KEYS <= o.keys() for o in outcomes
-        )
+        well_formed = all(isinstance(o, dict) and _RUN_KEYS <= o.keys() for o in outcomes)
     if not well_formed or len(outcomes) != sent:
-        count = len(outcomes) if isinstance(outcomes, list) else "no"
-        raise SandboxError(f"the sandbox's verdict is not one outcome per test: {count} for the {sent} sent")
+        raise SandboxError(f"the sandbox's verdict is not one outcome per test: {len(outcomes)} for the {sent} sent")
 
 
 _RUN_KEYS = frozenset({"exit_code", "stdout", "stderr", "timed_out", "output_exceeded", "disk_exceeded", "wall_s"})
