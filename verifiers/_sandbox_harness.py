@@ -13,7 +13,8 @@ Nothing the solution names is ever imported here: a module the solution's namesp
 reaches the tests as the harness's own copy only when it is on `TEST_MODULES` (standard-library
 modules that run no code of consequence when imported, imported by a fixed name); any other is
 an opaque handle to the solution's object, like any value it defined. Whatever ends the harness
-early (an exception of any kind) is reported as `harness_error`, which scores 0.
+early once the solution runs (an exception of any kind) is reported as `harness_error`, which
+scores 0; a failure before (the harness could not confine itself) gives no verdict at all.
 
 - `stdio`: one fresh runner per case, fed the case's input; its output goes back to the
   verifier, which compares it with the expected output (never sent here).
@@ -705,9 +706,10 @@ def main():
 
     signal.signal(signal.SIGTERM, stop)
     result: dict[str, object] = {"tests": [], "runs": []}
+    # before any of the solution runs: a failure here is the sandbox's, so no verdict (the traceback says why)
+    result["harness_layers"] = harness.confine.confine_harness(harness.work, harness.read_dirs)
+    result["layers"] = harness.confine.planned()
     try:
-        result["harness_layers"] = harness.confine.confine_harness(harness.work, harness.read_dirs)
-        result["layers"] = harness.confine.planned()
         result.update(getattr(harness, f"run_{spec['mode']}")())
     except BaseException as e:  # noqa: BLE001 - fail closed: whatever ended the harness scores nothing, and says so
         result["harness_error"] = f"{type(e).__name__}: {str(e)[:300]}"

@@ -455,13 +455,17 @@ async def _execute(command: list[str], work: str, spec: bytes, deadline: float, 
                 tail = (tail + line)[-4000:]
         return tail
 
+    swept = False
+
     async def ended() -> None:
+        nonlocal swept
         if not fallback:  # the harness is PID 1 of its namespace: everything in it ends with it
             await proc.wait()
             return
         while proc.returncode is None:  # not `wait()`, which also waits for the pipes that leftovers may hold open
             await asyncio.sleep(0.01)
         await asyncio.to_thread(_kill_session, proc.pid)  # what it left in its session: the verdict is in
+        swept = True
 
     try:
         out, err, _ = await asyncio.wait_for(
@@ -473,7 +477,7 @@ async def _execute(command: list[str], work: str, spec: bytes, deadline: float, 
             f"the sandbox gave no verdict within {deadline:.0f} s (every run's deadline summed)"
         ) from e
     finally:
-        await _stop(proc, groups, fallback)
+        await _stop(proc, groups, fallback, sweep=fallback and not swept)
     lines = out.strip().splitlines()
     try:
         result = json.loads(lines[-1]) if lines else None
@@ -498,7 +502,7 @@ async def _feed_and_read(proc: asyncio.subprocess.Process, spec: bytes) -> bytes
     return await proc.stdout.read()
 
 
-async def _stop(proc: asyncio.subprocess.Process, groups: list[int], fallback: bool) -> None:
+async def _stop(proc: asyncio.subprocess.Process, groups: list[int], fallback: bool, *, sweep: bool) -> None:
     """End the harness and, in the fallback, every runner group it reported and whatever else is in its session
     (whatever state it is in): seccomp keeps everything it starts in that session."""
     if proc.returncode is None:
@@ -512,7 +516,7 @@ async def _stop(proc: asyncio.subprocess.Process, groups: list[int], fallback: b
         await proc.wait()
     for pgid in groups:
         _signal_group(pgid, signal.SIGKILL)
-    if fallback:
+    if sweep:
         await asyncio.to_thread(_kill_session, proc.pid)
 
 
