@@ -15,11 +15,16 @@ secret of the caller's, nothing left running), in both modes, for both callers a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
+import shutil
+import signal
 import socket
 import subprocess
+import sys
+import sysconfig
 import textwrap
 import time
 import uuid
@@ -275,8 +280,10 @@ async def test_tests_that_need_the_solutions_objects_still_work(mode: str) -> No
 # ---- the same attacks through a real Serve replica, in both modes ----
 
 
-@pytest.mark.serve
-async def test_every_reward_hack_scores_zero_through_a_serve_replica(serve_instance: None) -> None:
+async def rewards_through_serve(solutions: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Each solution as a row of a real `code_generation` app, in each mode: its reward, or how its rollout failed.
+
+    Called by a driver of whichever Ray cluster runs (this test's, or one running as `nobody`)."""
     from ray import serve
 
     from gym_serve.deployments.app import build_app
@@ -299,33 +306,74 @@ async def test_every_reward_hack_scores_zero_through_a_serve_replica(serve_insta
 
     name = f"redteam-{uuid.uuid4().hex[:8]}"
     serve.run(Echo.bind(), name=name + "-model", route_prefix=None)
-    solutions = {"correct": CORRECT, **ATTACKS, "name_every_module_with_import_side_effects": every_side_effect()}
+    results = {}
     for mode in MODES:
+        config = {"cpu_s": 2, "wall_s": 4, "memory_mb": 256, "isolation": mode}
+        deployment = {"num_replicas": 1, "ray_actor_options": {"num_cpus": 0}}
         args = AppArgs.model_validate(
             {
-                "environment": {
-                    "name": "code_generation",
-                    "config": {"cpu_s": 2, "wall_s": 4, "memory_mb": 256, "isolation": mode},
-                    "deployment": {"num_replicas": 1, "ray_actor_options": {"num_cpus": 0}},
-                },
+                "environment": {"name": "code_generation", "config": config, "deployment": deployment},
                 "model": {"kind": "app", "app": name + "-model"},
             }
         )
         handle = serve.run(build_app(args), name=f"{name}-{mode}", route_prefix=None)
-        rows = {
-            kind: {
+        rows = [
+            {
                 "responses_create_params": {"input": [{"role": "user", "content": f"```python\n{code}```"}]},
                 "tests": TESTS,
                 "_ng_task_index": i,
                 "_ng_rollout_index": 0,
             }
-            for i, (kind, code) in enumerate(solutions.items())
+            for i, code in enumerate(solutions.values())
+        ]
+        outcomes = await asyncio.gather(*(handle.run.remote(row) for row in rows), return_exceptions=True)
+        results[mode] = {
+            kind: outcome["reward"] if isinstance(outcome, dict) else f"failed: {type(outcome).__name__}"
+            for kind, outcome in zip(solutions, outcomes, strict=True)
         }
-        responses = {kind: handle.run.remote(row) for kind, row in rows.items()}
-        rewards = {kind: (await response)["reward"] for kind, response in responses.items()}
-        assert rewards == {"correct": 1.0, **dict.fromkeys(set(solutions) - {"correct"}, 0.0)}, (mode, rewards)
         serve.delete(f"{name}-{mode}")
     serve.delete(name + "-model")
+    return results
+
+
+async def hostile_harness_through_serve(harness: str, secret: str) -> dict[str, dict[str, Any]]:
+    """The hostile harness in a Serve replica's code verifier, the secret in the replica's environment, each mode:
+    its verdict's details, and the replica's pid before and after (it must live)."""
+    from ray import serve
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": {"GS_HOSTILE_SECRET": secret}}})
+    class HostileHarnessVerifier:
+        """A replica whose code verifier starts the hostile harness in place of the real one."""
+
+        def __init__(self, harness: str) -> None:
+            real = code._source
+            harness = harness.replace("CALLER_PID", str(os.getpid()))
+            code._source = lambda name: harness if name == "_sandbox_harness.py" else real(name)  # type: ignore
+
+        async def verify(self, mode: str) -> dict[str, Any]:
+            result = await code.verify_asserts(CORRECT, TESTS, limits=LIMITS, mode=mode)
+            return {"reward": result.reward, "details": result.details, "pid": os.getpid()}
+
+    name = f"hostile-{uuid.uuid4().hex[:8]}"
+    handle = serve.run(HostileHarnessVerifier.bind(harness), name=name, route_prefix=None)
+    results = {}
+    for mode in MODES:
+        result = await asyncio.wait_for(handle.verify.remote(mode), 120)
+        again = await asyncio.wait_for(handle.verify.remote(mode), 120)  # the same replica answers again
+        results[mode] = {**result, "pid_after": again["pid"]}
+    serve.delete(name)
+    return results
+
+
+def assert_served(rewards: dict[str, dict[str, Any]], solutions: dict[str, str]) -> None:
+    expected = {"correct": 1.0, **dict.fromkeys(set(solutions) - {"correct"}, 0.0)}
+    assert rewards == dict.fromkeys(MODES, expected), rewards
+
+
+@pytest.mark.serve
+async def test_every_reward_hack_scores_zero_through_a_serve_replica(serve_instance: None) -> None:
+    solutions = {"correct": CORRECT, **ATTACKS, "name_every_module_with_import_side_effects": every_side_effect()}
+    assert_served(await rewards_through_serve(solutions), solutions)
 
 
 # ---- every standard-library module with import-time side effects, named by the solution ----
@@ -558,33 +606,73 @@ async def test_a_harness_that_dies_early_scores_zero_not_a_masked_failure(
 async def test_a_hostile_harness_in_a_serve_replica_still_reaches_nothing_outside(
     serve_instance: None, tmp: Path
 ) -> None:
-    from ray import serve
-
     outside = Outside(tmp)
-
-    @serve.deployment(
-        ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": {"GS_HOSTILE_SECRET": outside.secret}}}
-    )
-    class HostileHarnessVerifier:
-        """A replica whose code verifier starts the hostile harness in place of the real one."""
-
-        def __init__(self, harness: str) -> None:
-            real = code._source
-            harness = harness.replace("CALLER_PID", str(os.getpid()))
-            code._source = lambda name: harness if name == "_sandbox_harness.py" else real(name)  # type: ignore
-
-        async def verify(self, mode: str) -> dict[str, Any]:
-            result = await code.verify_asserts(CORRECT, TESTS, limits=LIMITS, mode=mode)
-            return {"reward": result.reward, "details": result.details, "pid": os.getpid()}
-
-    name = f"hostile-{uuid.uuid4().hex[:8]}"
     try:
-        handle = serve.run(HostileHarnessVerifier.bind(outside.harness), name=name, route_prefix=None)
-        for mode in MODES:
-            result = await handle.verify.remote(mode)
-            again = await asyncio.wait_for(handle.verify.remote(mode), 60)  # the same replica answers again
-            assert again["pid"] == result["pid"] and result["reward"] == 0.0, (mode, result)
+        for mode, result in (await hostile_harness_through_serve(outside.harness, outside.secret)).items():
+            assert result["pid_after"] == result["pid"] and result["reward"] == 0.0, (mode, result)
             outside.assert_walls_held(result["details"], mode)
     finally:
-        serve.delete(name)
         outside.close()
+
+
+NOBODY_DRIVER = r"""
+import asyncio, json, sys
+import ray
+from ray import serve
+from tests.verifiers import test_code_red_team as red
+
+with open(sys.argv[1]) as f:
+    job = json.load(f)
+ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, _temp_dir=job["ray_dir"])
+serve.start(proxy_location="Disabled")
+
+
+async def main():
+    rewards = await red.rewards_through_serve(job["solutions"])
+    return {"rewards": rewards, "hostile": await red.hostile_harness_through_serve(job["harness"], job["secret"])}
+
+
+try:
+    with open(job["out"], "w") as f:
+        json.dump(asyncio.run(main()), f)
+finally:
+    serve.shutdown()
+    ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged uid needs root")
+def test_through_serve_replicas_of_a_ray_cluster_running_as_nobody(tmp: Path) -> None:
+    """The routes, every module with import-time side effects, and the hostile harness, where the replica (the
+    caller) is unprivileged and shares its uid with the fallback's sandbox: a Ray cluster of its own, as `nobody`."""
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    assert python is not None
+    same = subprocess.run([python, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True)
+    assert same.stdout.strip() == str(sys.version_info[:2]), "nobody runs this venv's packages with the system Python"
+    outside = Outside(tmp)
+    routes = {name: ATTACKS[name] for name in ("name_unittest_main", "name_venv_main", "name_lib2to3_main")}
+    solutions = {"correct": CORRECT, **routes, "name_every_module_with_import_side_effects": every_side_effect()}
+    job = tmp / "nobody-job.json"
+    job.write_text(
+        json.dumps(
+            {"ray_dir": str(tmp / "ray"), "out": str(tmp / "nobody-out.json"), "solutions": solutions}
+            | {"harness": outside.harness, "secret": outside.secret}
+        )
+    )
+    paths = [sysconfig.get_paths()["purelib"], str(Path(__file__).resolve().parents[2])]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp), "LANG": "C.UTF-8", "PYTHONPATH": ":".join(paths)}
+    command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", NOBODY_DRIVER, str(job)]
+    try:
+        done = subprocess.run(command, env=env, cwd=tmp, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        results = json.loads((tmp / "nobody-out.json").read_text())
+        assert_served(results["rewards"], solutions)
+        for mode, result in results["hostile"].items():
+            assert result["pid_after"] == result["pid"] and result["reward"] == 0.0, (mode, result)
+            outside.assert_walls_held(result["details"], mode)
+    finally:
+        outside.close()
+        for pid in processes_with(str(tmp)):  # the cluster it started, if it did not stop
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
