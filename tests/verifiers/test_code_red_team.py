@@ -3,9 +3,9 @@
 None of these solutions implements `add` correctly: each tries to get the reward another way
 (read the tests, forge the verdict, break the judge, get its code run by the trusted harness).
 They run in both isolation modes, in this process (`verify_asserts`, as root), in a caller of
-their own running as an unprivileged uid (`tests.verifiers.callers`), and through a real Serve
-replica of `code_generation`; a correct solution scores 1 everywhere, so a 0 is the attack
-failing, not the sandbox failing.
+their own running as an unprivileged uid (`tests.verifiers.callers`), and through real Serve
+replicas of `code_generation` (this module's Ray cluster, and one running as `nobody`); a correct
+solution scores 1 everywhere, so a 0 is the attack failing, not the sandbox failing.
 
 Then the harness itself is assumed broken: a hostile harness stands in for the real one, and
 the walls around it must still hold (no host write, no network, no signal to the caller, no
