@@ -660,7 +660,10 @@ def test_through_serve_replicas_of_a_ray_cluster_running_as_nobody(tmp: Path) ->
             | {"harness": outside.harness, "secret": outside.secret}
         )
     )
-    paths = [sysconfig.get_paths()["purelib"], str(Path(__file__).resolve().parents[2])]
+    site = tmp / "site"  # every process of that cluster, Ray's workers too, reads this venv's packages (.pth too)
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    paths = [str(site), str(Path(__file__).resolve().parents[2])]
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp), "LANG": "C.UTF-8", "PYTHONPATH": ":".join(paths)}
     command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", NOBODY_DRIVER, str(job)]
     try:
