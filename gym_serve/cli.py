@@ -335,6 +335,9 @@ def cmd_reverify(args: argparse.Namespace) -> int:
         for failure in result["failures"][:SHOWN_BAD_ROWS]:
             print(f"  line {failure['line']}: {failure['kind']}: {failure['error'][:300]}", file=sys.stderr)
         print(f"  (all are in {result['failures_path']})", file=sys.stderr)
+    if not any(s["rows"] for s in result["agents"].values()):  # nothing re-scored: that is no success
+        print(f"gym-serve: error: no row of {args.rollouts} could be scored", file=sys.stderr)
+        return 1
     return 0
 
 

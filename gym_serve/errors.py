@@ -9,7 +9,8 @@ GymServeError
 ├── ToolError            running a turn's tool calls broke outside the model's view   tool_error
 ├── VerifyError          an environment's verify raised or returned nothing usable    verifier_error
 │   ├── JudgeError       a judge model gave no usable verdict                          judge_failed
-│   └── VerifierTimeoutError  verification did not finish within its deadline          verifier_timeout
+│   ├── VerifierTimeoutError  verification did not finish within its deadline          verifier_timeout
+│   └── MissingPackageError   the check needs a package the verifier's sandbox lacks   missing_package
 ├── ModelError           the model tier failed to answer                               model_error
 │   ├── ModelUnreachableError   its endpoint refused or dropped the connection         transport_unreachable
 │   ├── ModelTimeoutError       its endpoint did not answer in time                    transport_timeout
@@ -43,6 +44,7 @@ __all__ = [
     "InputError",
     "InvalidWeights",
     "JudgeError",
+    "MissingPackageError",
     "ModelError",
     "ModelTimeoutError",
     "ModelUnreachableError",
@@ -100,6 +102,8 @@ class FailureKind(StrEnum):
     """Running a turn's tool calls broke outside the model's view (not a tool's own error, which the model sees)."""
     VERIFIER_TIMEOUT = "verifier_timeout"
     """Verification did not finish within the environment's deadline: no verdict, so no reward (not a 0)."""
+    MISSING_PACKAGE = "missing_package"
+    """The check needs a package the verifier's sandbox lacks (it names it): no answer could be scored there."""
     REPLAY_MISS = "replay_miss"
     """The replay model has no recording of the conversation: nothing the policy did, so nothing to score."""
     STALE_POLICY = "stale_policy"
@@ -194,6 +198,15 @@ class VerifierTimeoutError(VerifyError):
     """
 
     kind = FailureKind.VERIFIER_TIMEOUT
+
+
+class MissingPackageError(VerifyError):
+    """Raised when the task's check needs a package the verifier's sandbox lacks (the message names it).
+
+    Not the answer's fault, nor a 0: the row cannot be scored where it ran, whatever the answer.
+    """
+
+    kind = FailureKind.MISSING_PACKAGE
 
 
 class ModelError(GymServeError):

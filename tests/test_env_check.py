@@ -9,6 +9,7 @@ import pytest
 
 from gym_serve import Environment, Response, Task
 from gym_serve.analysis.check import EnvReport, _check_rows, _recorded_rewards, check_environment
+from gym_serve.verifiers.non_answer import non_answers
 
 
 class Needs(Task):
@@ -71,7 +72,7 @@ def test_an_environment_passes_through_real_serve() -> None:
 
 
 def test_a_verifier_that_pays_for_non_answers_is_caught(tmp_path: Path) -> None:
-    """Empty text, "I don't know", the question echoed and the replay miss text must each score 0."""
+    """Empty text, "I don't know", the question echoed, empty JSON and the replay miss text must each score 0."""
 
     class Generous(Environment):
         Task = Needs
@@ -87,7 +88,8 @@ def test_a_verifier_that_pays_for_non_answers_is_caught(tmp_path: Path) -> None:
     (tmp_path / "example.jsonl").write_text("\n".join(lines) + "\n")
     report = check_environment_rows(Generous)
     found = {p.split("`")[1] for r in report.rows for p in r.problems if p.startswith("non-answer")}
-    assert found == {"blank", "refusal", "echo", "replay_miss"}
+    assert found == set(non_answers("q")) - {"empty"}
+    assert {"json_all_null", "json_all_empty", "json_empty_object", "json_empty_array", "echo_padded"} <= found
     assert all("non-answer `echo` scored 1" in r.problems for r in report.rows)
 
 

@@ -10,6 +10,7 @@ NeMo Gym's rows carry them.
 from __future__ import annotations
 
 import json
+import re
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 
 from gym_serve import EnvRunner
 from gym_serve.environment.registry import load_environment_class
+from gym_serve.errors import FailureKind, failure_kind
 
 CASES = json.loads((Path(__file__).parent / "data" / "nemo_gym" / "scoring_cases.json").read_text())
 REGEX_KEY = next(k for k in CASES if k.startswith("mcqa/template_metadata"))
@@ -66,6 +68,19 @@ async def test_structured_outputs_agrees_with_nemo_gym(case: dict[str, Any]) -> 
     assert (got["reward"], got["error_type"]) == (case["reward"], case["error_type"])
 
 
+@pytest.mark.parametrize(
+    "case", [c for c in CASES["structured_outputs/json"] if "tool_call_arguments" in c], ids=lambda c: str(c)
+)
+async def test_structured_outputs_tool_call_rows_agree_with_nemo_gym(case: dict[str, Any]) -> None:
+    """NeMo Gym's v4 rows answer with a function call: its arguments (or their payload key) are the JSON."""
+    runner = EnvRunner(load_environment_class("structured_outputs")())
+    call = {"type": "function_call", "call_id": "c1", "name": "submit", "arguments": case["tool_call_arguments"]}
+    fields = {"schema_str": json.dumps(CASES["structured_outputs_schema"]), "response_mode": "tool_call"}
+    fields |= {"tool_name": "submit", "tool_payload_key": case["tool_payload_key"]}
+    got = await runner.verify(row(**fields), {"output": [call]}, None)
+    assert (got["reward"], got["error_type"]) == (case["reward"], case["error_type"])
+
+
 ANTLR_4_9_PERCENT = {r"\boxed{10\%}": (1.0, r"10\%"), r"\boxed{0.1}": (0.0, "0.100000000000000")}
 r"""What math-verify gives for `10\%` under antlr4-python3-runtime 4.9.3, which NeMo Gym's hydra-core pins (the
 `nemo-gym` extra installs it): latex2sympy2_extended 1.11's parser for 4.9.3 cannot read a percentage, so `10\%`
@@ -105,6 +120,29 @@ def recorded(server: str) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
     rows = {key(r): r for r in map(json.loads, (folder / "example.jsonl").read_text().splitlines())}
     rollouts = list(map(json.loads, (folder / "example_rollouts.jsonl").read_text().splitlines()))
     return [(i, rows[key(rollout)], rollout) for i, rollout in enumerate(rollouts)]
+
+
+async def test_bigcodebench_rows_whose_packages_the_sandbox_lacks_are_missing_package_not_zero() -> None:
+    """NeMo Gym's BigCodeBench recordings: a row whose task imports a package the sandbox's Python lacks (`wordcloud`,
+    and here `pandas`, `psutil`) cannot be scored there: a typed failure naming it, never the silent 0 it was."""
+    from gym_serve.envs.code_generation import task_modules
+    from gym_serve.errors import MissingPackageError
+    from gym_serve.verifiers.code import sandbox_lacks
+
+    runner = EnvRunner(load_environment_class("code_generation")())
+    lacked = []
+    for index, row, rollout in recorded("bigcodebench"):
+        try:
+            got = await runner.verify(row, rollout["response"], None)
+        except MissingPackageError as e:
+            named = set(re.findall(r"`(\w+)`", str(e)))
+            needed = task_modules(runner.env.Task.model_validate(row))
+            assert named and named <= needed and sandbox_lacks(sorted(named)) == sorted(named), (index, str(e))
+            assert failure_kind(e) is FailureKind.MISSING_PACKAGE
+            lacked += named
+            continue
+        assert got["reward"] == rollout["reward"], index
+    assert "wordcloud" in lacked  # BigCodeBench/34's; installed nowhere here
 
 
 @pytest.mark.parametrize("server", sorted(SERVERS))

@@ -81,6 +81,20 @@ async def test_an_existing_output_is_never_emptied(tmp_path: Path) -> None:
     assert Path(first["output"]).read_text() == before, "the earlier output stands"
 
 
+def test_reverify_fails_when_no_row_could_be_scored(tmp_path: Path, capsys) -> None:
+    """It exited 0 when every row failed; a partial failure still exits 0 (the rest were scored)."""
+    path = asyncio.run(stored(tmp_path, "example_single_tool_call", error_rate=0.0))
+    assert main(["reverify", "--rollouts", str(path), "--env", "no_such_environment"]) == 1
+    err = capsys.readouterr().err
+    assert "row(s) could not be scored" in err and f"no row of {path} could be scored" in err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main(["reverify", "--rollouts", str(empty), "--env", "example_single_tool_call"]) == 1
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
+    assert main(["reverify", "--rollouts", str(path), "--env", "example_single_tool_call"]) == 0
+
+
 def test_reverify_of_a_missing_file_is_an_error_that_creates_nothing(tmp_path: Path, capsys) -> None:
     missing = tmp_path / "nope.jsonl"
     assert main(["reverify", "--rollouts", str(missing), "--env", "example_single_tool_call"]) == 2

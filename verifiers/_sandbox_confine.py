@@ -1,14 +1,20 @@
-"""Kernel walls around the untrusted solution process, raised by the trusted harness between fork and exec.
+"""Kernel walls around the sandbox's processes: the untrusted runners, and the trusted harness itself.
 
 Standard library only (`ctypes`): this runs inside the sandbox under the sandbox's interpreter,
 which may be a bare system Python. Every wall is enforced by the kernel, not by Python, so
 native code in the solution cannot take it down; each is applied where the kernel has it and
-named in `confine()`'s return value, which the harness reports.
+named in the return value of `confine()` (a runner, between fork and exec) and of
+`confine_harness()` (the harness, on itself, before it starts any runner), which the harness
+reports. The harness gets the same walls but two: it may signal process groups (its runners')
+and put a child in a process group of its own; so if code ever ran inside it, it could neither
+undo the mounts, nor reach the network, the caller, its secrets or the host's files.
 
 - `no_new_privs` and a parent-death signal: no set-uid gains; the solution dies with its harness.
-- capabilities dropped (bounding set, ambient set, `noroot` securebits): in a user namespace the
-  harness is that namespace's root; the solution is not, so it cannot ptrace or read the
-  (non-dumpable) harness, nor regain capabilities by exec.
+- capabilities dropped (bounding set, ambient set, `noroot` securebits, then the process's own
+  sets): in a user namespace the harness starts as that namespace's root, to mount the
+  sandbox's filesystem; it drops every capability before anything else runs, so nothing in the
+  sandbox can unmount the tmpfs or remount a read-only mount writable, ptrace or read the
+  (non-dumpable) harness, or regain capabilities by exec.
 - seccomp: no signals to other processes (`kill` only to its own process group, which it cannot
   leave: `setsid`/`setpgid` are refused), no ptrace or cross-process memory access, no sockets
   (`socketpair` stays, for pipes between the solution's own processes), no new namespaces,
@@ -28,6 +34,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_SECCOMP = 22
+_PR_CAPBSET_READ = 23
 _PR_CAPBSET_DROP = 24
 _PR_SET_SECUREBITS = 28
 _PR_SET_NO_NEW_PRIVS = 38
@@ -46,10 +53,11 @@ _F_SETOWN, _F_SETOWN_EX = 8, 15
 
 _DENIED = (
     "ptrace process_vm_readv process_vm_writev tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_open "
-    "pidfd_send_signal pidfd_getfd setsid setpgid socket unshare setns mount umount2 pivot_root chroot keyctl "
+    "pidfd_send_signal pidfd_getfd setsid socket unshare setns mount umount2 pivot_root chroot keyctl "
     "add_key request_key bpf perf_event_open userfaultfd io_uring_setup io_uring_enter io_uring_register kcmp "
     "open_by_handle_at name_to_handle_at fsopen fsmount move_mount open_tree fspick mount_setattr"
 ).split()
+_RUNNER_ONLY_DENIED = ["setpgid"]  # the harness puts each runner in a process group of its own
 _ARCHES = {
     "x86_64": (
         0xC000003E,
@@ -104,11 +112,24 @@ def die_with_parent(signal_number: int) -> None:
 
 
 def confine(work_dir: str, read_dirs: list[str]) -> list[str]:
-    """Raise every wall this kernel has on the calling process (a child about to exec); return their names."""
-    layers = ["no_new_privs"]
+    """Raise every wall this kernel has on the calling process (a runner about to exec); return their names."""
     import signal
 
     die_with_parent(signal.SIGKILL)
+    return _walls(work_dir, read_dirs, harness=False)
+
+
+def confine_harness(work_dir: str, read_dirs: list[str]) -> list[str]:
+    """The same walls on the harness itself, before it starts any runner; return their names.
+
+    In the `namespaces` mode this is where the harness stops being the namespace's root: with no
+    capability left, the read-only mounts and the tmpfs over `/tmp` are locked as they are.
+    """
+    return _walls(work_dir, read_dirs, harness=True)
+
+
+def _walls(work_dir: str, read_dirs: list[str], *, harness: bool) -> list[str]:
+    layers = ["no_new_privs"]
     if _drop_capabilities():
         layers.append("no_capabilities")
     if prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0:
@@ -116,17 +137,16 @@ def confine(work_dir: str, read_dirs: list[str]) -> list[str]:
     abi = _landlock(work_dir, read_dirs)
     if abi:
         layers.append(f"landlock_abi{abi}")
-    if _seccomp():
+    if _seccomp(harness=harness):
         layers.append("seccomp")
     return layers
 
 
 def planned() -> list[str]:
-    """The names `confine` will return in a child of this process (it runs after fork, so it cannot tell us)."""
+    """The names `confine` will return in a child of this (already confined) harness: it runs after fork, so it
+    cannot tell us."""
     layers = ["no_new_privs"]
-    with open("/proc/self/status") as status:
-        effective = next((line.split()[1] for line in status if line.startswith("CapEff:")), "0")
-    if int(effective, 16):
+    if _bounding_set_empty():
         layers.append("no_capabilities")
     if landlock_abi():
         layers.append(f"landlock_abi{landlock_abi()}")
@@ -136,22 +156,40 @@ def planned() -> list[str]:
 
 
 def _drop_capabilities() -> bool:
-    """Empty the bounding and ambient sets and lock `noroot`: exec as uid 0 then grants nothing."""
-    if prctl(_PR_SET_SECUREBITS, _SECUREBITS_LOCKED_NOROOT) != 0:
-        return False  # no CAP_SETPCAP: an unprivileged process, which has no capabilities to drop
+    """Empty the bounding and ambient sets, lock `noroot` (exec as uid 0 then grants nothing), then drop the
+    process's own capabilities; True when it holds none and can gain none by exec.
+
+    An unprivileged process (no `CAP_SETPCAP`) cannot empty its bounding set: it has no capabilities
+    to drop, and `no_new_privs` keeps it from gaining any.
+    """
+    prctl(_PR_SET_SECUREBITS, _SECUREBITS_LOCKED_NOROOT)  # refused without CAP_SETPCAP; then already locked, or moot
     for cap in range(64):
         if prctl(_PR_CAPBSET_DROP, cap) != 0:
-            break  # past the last capability this kernel knows
+            break  # past the last capability this kernel knows, or no CAP_SETPCAP
     prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL)
+    header = struct.pack("=Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    empty = ctypes.create_string_buffer(4 * 6)  # two {effective, permitted, inheritable} words, all zero
+    if _libc.capset(ctypes.create_string_buffer(header), empty) != 0:
+        raise OSError(ctypes.get_errno(), "dropping the process's capabilities failed")
+    return _bounding_set_empty()
+
+
+def _bounding_set_empty() -> bool:
+    for cap in range(64):
+        held = prctl(_PR_CAPBSET_READ, cap)
+        if held < 0:
+            return True  # past the last capability this kernel knows
+        if held:
+            return False
     return True
 
 
-def _seccomp() -> bool:
+def _seccomp(*, harness: bool) -> bool:
     arch = _ARCHES.get(platform.machine())
     if arch is None:
         return False
     audit_arch, numbers = arch
-    program = _filter(audit_arch, numbers, x32_guard=platform.machine() == "x86_64")
+    program = _filter(audit_arch, numbers, x32_guard=platform.machine() == "x86_64", harness=harness)
     buffer = ctypes.create_string_buffer(b"".join(struct.pack("=HBBI", *ins) for ins in program))
     fprog = struct.pack("=HxxxxxxQ", len(program), ctypes.addressof(buffer))
     fprog_buffer = ctypes.create_string_buffer(fprog)
@@ -160,8 +198,15 @@ def _seccomp() -> bool:
     return True
 
 
-def _filter(audit_arch: int, nr: dict[str, int], *, x32_guard: bool) -> list[tuple[int, int, int, int]]:
-    """The BPF program: labels resolved to forward jumps (every jump here is short)."""
+def _filter(
+    audit_arch: int, nr: dict[str, int], *, x32_guard: bool, harness: bool = False
+) -> list[tuple[int, int, int, int]]:
+    """The BPF program: labels resolved to forward jumps (every jump here is short).
+
+    A runner may `kill` only its own process group (`kill(0, sig)`) and may not change group; the
+    harness may `kill` only process groups (`kill(-pgid, sig)`: its runners'), never one process nor
+    every process (`-1`), and may put a child in a group of its own, but never leave its session.
+    """
     code: list[list] = []  # [opcode, jt, jf, k] where jt/jf may be label names
     labels: dict[str, int] = {}
 
@@ -177,18 +222,22 @@ def _filter(audit_arch: int, nr: dict[str, int], *, x32_guard: bool) -> list[tup
     emit(_LD_ABS, 0)  # nr
     if x32_guard:
         emit(_JGE, 0x40000000, "deny", 0)
-    for name in _DENIED:
+    for name in _DENIED + ([] if harness else _RUNNER_ONLY_DENIED):
         emit(_JEQ, nr[name], "deny", 0)
     emit(_JEQ, nr["clone3"], "nosys", 0)  # its flags sit behind a pointer; glibc falls back to clone
     emit(_JEQ, nr["kill"], "kill", 0)
     emit(_JEQ, nr["clone"], "clone", 0)
     emit(_JEQ, nr["fcntl"], "fcntl", 0)
     emit(_RET, _RET_ALLOW)
-    label("kill")  # kill(0, sig): its own process group only
-    emit(_LD_ABS, 16)
-    emit(_JEQ, 0, 0, "deny")
-    emit(_LD_ABS, 20)
-    emit(_JEQ, 0, "allow", "deny")
+    label("kill")
+    emit(_LD_ABS, 16)  # the pid (the kernel reads a pid_t: the low 32 bits)
+    if harness:  # a process group: -pgid, as a 32-bit two's complement below -1
+        emit(_JEQ, 0xFFFFFFFF, "deny", 0)
+        emit(_JGE, 0x80000000, "allow", "deny")
+    else:  # kill(0, sig): its own process group only
+        emit(_JEQ, 0, 0, "deny")
+        emit(_LD_ABS, 20)
+        emit(_JEQ, 0, "allow", "deny")
     label("clone")
     emit(_LD_ABS, 16)
     emit(_JSET, _CLONE_NEW_ANY, "deny", "allow")

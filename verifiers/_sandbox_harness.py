@@ -3,9 +3,18 @@
 Started by the verifier as `python -I -B -c <this file>`, inside the sandbox's namespaces (or,
 in the fallback, as a plain child process). It reads one JSON spec from stdin (the tests and
 expected values live only here, in this process's memory, never in a file), makes itself
-non-dumpable, and runs the solution in separate *runner* processes (`_sandbox_runner.py`),
+non-dumpable, leaves the work dir (its working directory is `/`), raises the kernel's walls on
+itself (`_sandbox_confine.confine_harness`: no capabilities, so the mounts stay as they are;
+seccomp; Landlock), and runs the solution in separate *runner* processes (`_sandbox_runner.py`),
 each confined by `_sandbox_confine.confine` before it execs. It writes one JSON result line to
 its stdout, which no runner inherits or can reach.
+
+Nothing the solution names is ever imported here: a module the solution's namespace holds
+reaches the tests as the harness's own copy only when it is on `TEST_MODULES` (standard-library
+modules that run no code of consequence when imported, imported by a fixed name); any other is
+an opaque handle to the solution's object, like any value it defined. Whatever ends the harness
+early once the solution runs (an exception of any kind) is reported as `harness_error`, which
+scores 0; a failure before (the harness could not confine itself) gives no verdict at all.
 
 - `stdio`: one fresh runner per case, fed the case's input; its output goes back to the
   verifier, which compares it with the expected output (never sent here).
@@ -35,17 +44,15 @@ import types
 import unittest
 
 _DEFAULT_TAIL = 4000
-_NO_IMPORT = {
-    "antigravity",
-    "this",
-    "__hello__",
-    "__phello__",
-    "idlelib",
-    "tkinter",
-    "turtle",
-    "turtledemo",
-    "webbrowser",
-}
+TEST_MODULES = frozenset(
+    """abc array base64 binascii bisect calendar cmath collections collections.abc copy dataclasses datetime
+    decimal difflib enum fractions functools hashlib heapq io itertools json keyword math numbers operator
+    os os.path posixpath pprint random re statistics string struct sys textwrap time types typing unicodedata
+    """.split()
+)
+"""Modules the tests get as the harness's own copy when the solution's namespace holds them (`import math` in
+the solution, `math.isclose` in a test): side-effect-free standard-library modules, imported by these fixed
+names only, never by a name the solution sends. Any other module the solution holds is a handle to its object."""
 
 
 class _Timeout(Exception):
@@ -74,6 +81,7 @@ class _Runner:
             command += [str(to_runner[0]), str(from_runner[1])]
 
         def confine():
+            os.setpgid(0, 0)  # a process group of its own, which the harness kills; it stays in the harness's session
             harness.limits()
             harness.confine.confine(harness.work, harness.read_dirs)
 
@@ -84,7 +92,6 @@ class _Runner:
             stderr=subprocess.PIPE,
             cwd=harness.work,
             env=harness.env,
-            start_new_session=True,
             pass_fds=pass_fds,
             preexec_fn=confine,
         )
@@ -282,15 +289,7 @@ class _Session:
                 raise _Died()
             if hasattr(builtins, name):
                 continue  # never let the solution stand in for a builtin the tests use
-            if "module" in desc:  # the tests get the harness's own copy of a module the solution imported
-                module = str(desc["module"])
-                if module.split(".")[0] in sys.stdlib_module_names and module.split(".")[0] not in _NO_IMPORT:
-                    try:
-                        self.names[name] = importlib.import_module(module)
-                    except Exception:
-                        pass
-            else:
-                self.names[name] = self.decode(desc["value"])
+            self.names[name] = for_tests(desc, self.decode)
 
     def exchange(self, op, target, **fields):
         self.next_id += 1
@@ -407,6 +406,18 @@ class _Session:
         self.runner.proc.wait()
 
 
+def for_tests(desc, decode):
+    """What a name the solution defined is in the tests' namespace: the harness's own copy of a module on
+    `TEST_MODULES` (imported by the list's fixed name, never by the name the solution sent), else the value it
+    described (plain data, or a handle to its object: a module not on the list stays in the solution's process)."""
+    module = desc.get("module")
+    if isinstance(module, str) and module in TEST_MODULES:
+        return importlib.import_module(module)
+    if "value" not in desc:
+        raise _Died()  # a module described without its handle: not what the runner sends
+    return decode(desc["value"])
+
+
 def _copy_back(original, after):
     """In-place changes the solution made to a list/dict/set/bytearray argument show in the caller's value."""
     if type(original) is list and type(after) is list or type(original) is bytearray and type(after) is bytearray:
@@ -423,7 +434,6 @@ class Harness:
         self.env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.work, "TMPDIR": self.work, "LANG": "C.UTF-8"}
         self.confine = types.ModuleType("_sandbox_confine")
         exec(compile(spec["confine_source"], "_sandbox_confine.py", "exec"), self.confine.__dict__)
-        self.layers = self.confine.planned()
         self.groups = []
         self.read_dirs = sorted(
             {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", sys.prefix, sys.base_prefix,
@@ -654,8 +664,32 @@ def _close(expected, predicted):
     return abs(p - e) <= 1e-8 + 1e-5 * abs(e)  # numpy.allclose's defaults
 
 
+def _start_reaper(work):
+    """Fallback: a process that removes the work dir once the harness is gone, even if the verifier died first.
+
+    Forked before the harness confines itself: Landlock lets the harness write only beneath the work dir, so it
+    cannot remove the directory itself. The reaper runs nothing but this, and waits on a pipe only the harness
+    holds (close-on-exec: no runner inherits it), which closes when the harness ends, however it ends.
+    """
+    import shutil
+
+    wait, alive = os.pipe()
+    if os.fork() == 0:
+        for fd in (alive, 0, 1, 2):  # the verifier reads to the end of the harness's output: hold none of it open
+            os.close(fd)
+        os.read(wait, 1)
+        for _ in range(100):  # the killed runners' last files may still be closing: until it is gone
+            shutil.rmtree(work, ignore_errors=True)
+            if not os.path.exists(work):
+                break
+            time.sleep(0.02)
+        os._exit(0)
+    os.close(wait)
+
+
 def main():
     sys.set_int_max_str_digits(0)
+    os.chdir("/")  # never the work dir the solution writes: nothing here may find its files
     spec = json.loads(sys.stdin.buffer.readline())
     harness = Harness(spec)
     harness.confine.make_undumpable()
@@ -663,30 +697,26 @@ def main():
         harness.confine.die_with_parent(signal.SIGTERM)
         if os.getppid() != spec["caller_pid"]:
             sys.exit(3)
+        _start_reaper(harness.work)
 
-    def stop(signum, frame):  # the verifier died (fallback) or is ending us: leave nothing running, nothing behind
+    def stop(signum, frame):  # the verifier died (fallback) or is ending us: leave nothing running
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second SIGTERM must not cut the cleanup short
         harness.kill_groups()
-        if spec["caller_pid"]:
-            import shutil
-
-            for _ in range(50):  # the killed runners' last files may still be closing: until it is gone
-                shutil.rmtree(harness.work, ignore_errors=True)
-                if not os.path.exists(harness.work):
-                    break
-                time.sleep(0.02)
         os._exit(4)
 
     signal.signal(signal.SIGTERM, stop)
     result: dict[str, object] = {"tests": [], "runs": []}
+    # before any of the solution runs: a failure here is the sandbox's, so no verdict (the traceback says why)
+    result["harness_layers"] = harness.confine.confine_harness(harness.work, harness.read_dirs)
+    result["layers"] = harness.confine.planned()
     try:
         result.update(getattr(harness, f"run_{spec['mode']}")())
-    except Exception as e:  # noqa: BLE001 - fail closed: what broke the harness scores nothing, and says so
+    except BaseException as e:  # noqa: BLE001 - fail closed: whatever ended the harness scores nothing, and says so
         result["harness_error"] = f"{type(e).__name__}: {str(e)[:300]}"
     finally:
         harness.kill_groups()
-    result["layers"] = harness.layers
     os.write(1, (json.dumps(result) + "\n").encode())
 
 
-main()
+if __name__ == "__main__":
+    main()

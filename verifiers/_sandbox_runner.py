@@ -92,8 +92,8 @@ def _describe_names(namespace, handles):
     for name, value in list(namespace.items()):
         if name.startswith("__") and name.endswith("__"):
             continue
-        if type(value) is type(sys):
-            names[name] = {"module": value.__name__}
+        if type(value) is type(sys):  # the harness uses its own copy if the name is on its list, else this handle
+            names[name] = {"module": value.__name__, "value": handles.put(value)}
         else:
             try:
                 names[name] = {"value": encode(value, handles)}

@@ -10,11 +10,18 @@ threat model and what stops each attack are in `verifiers/README.md`; in short:
   come back as plain data, so frame or `gc` introspection, patched builtins or `assert`, lying
   `__eq__`, printed markers, early exits and patched test modules all act on a process whose
   word is not taken. Expected stdout never enters the sandbox: the verifier compares.
+- **Nothing the solution names runs in the harness.** Its modules reach the tests as the
+  harness's own copies only from a fixed list of side-effect-free standard-library modules,
+  else as opaque handles; the harness's working directory is `/`, never the work dir; and the
+  verdict must cover exactly the tests sent. A harness that ends early scores 0.
 - **Kernel walls** on every runner (`_sandbox_confine.py`): no capabilities, seccomp (no
   signals to other processes, no ptrace, no sockets, no new namespaces), Landlock where the
   kernel has it (reads only system and Python dirs, writes only the work dir, no TCP, no
   signals out), rlimits (CPU, memory, file size, processes), a wall clock and an output cap.
-  The harness is non-dumpable.
+  The harness is non-dumpable and under the same walls (defence in depth: were code to run
+  in it, the mounts, the network, the caller and its secrets stay out of reach); it may
+  signal only process groups, and, in the fallback, never leave the session the verifier
+  kills at the end.
 - **Isolation** (`isolation()`):
   `namespaces`: the harness is PID 1 of new user, PID, network and mount namespaces; every
   mount is read-only but a size-limited tmpfs over `/tmp` (the work dir), so the total disk a
@@ -35,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -60,6 +68,7 @@ __all__ = [
     "isolation",
     "run_python",
     "same_stdout",
+    "sandbox_lacks",
     "verify_asserts",
     "verify_calls",
     "verify_stdio",
@@ -71,10 +80,11 @@ ISOLATION_ENV = "GYM_SERVE_SANDBOX_ISOLATION"
 _HERE = Path(__file__).parent
 _NOBODY = 65534
 # Make a size-limited tmpfs the only writable place, everything else read-only, then become the harness
-# (`exec`: the harness is PID 1 of the namespace, so its end is the end of every process in it).
+# (`exec`: the harness is PID 1 of the namespace, so its end is the end of every process in it). The harness
+# drops every capability before it starts anything (`confine_harness`), which locks these mounts as they are.
 _MOUNT_SCRIPT = r"""
 Q=$1; N=$2; shift 2
-mount -t tmpfs -o "size=$Q,nr_inodes=$N,mode=1777" sandbox /tmp && cd /tmp || exit 97
+mount -t tmpfs -o "size=$Q,nr_inodes=$N,mode=1777" sandbox /tmp && cd / || exit 97
 for m in $(awk '{print $2}' /proc/self/mounts | sort -u); do
   [ "$m" = /tmp ] || mount -o remount,bind,ro "$m" 2>/dev/null
 done
@@ -134,6 +144,11 @@ class CodeResult:
     details: list[str] = field(default_factory=list)
     layers: list[str] = field(default_factory=list)
     """The kernel walls the runners were under (e.g. `seccomp`, `landlock_abi7`)."""
+    harness_layers: list[str] = field(default_factory=list)
+    """The kernel walls the trusted harness put itself under."""
+    missing_modules: list[str] = field(default_factory=list)
+    """Top-level modules a failed test or run could not import ("No module named ..."): the solution's say-so,
+    to be checked against the task and `sandbox_lacks` before it means anything."""
 
     @property
     def reward(self) -> float:
@@ -207,7 +222,10 @@ async def verify_stdio(
     """
     spec = {"mode": "stdio", "solution": code, "stdin": [case["input"] for case in cases]}
     result = await _sandbox(spec, len(cases), limits, mode)
-    scored = CodeResult(passed=0, total=len(cases), layers=result.get("layers", []))
+    _covers(result, "runs", len(cases))
+    scored = CodeResult(
+        passed=0, total=len(cases), layers=result.get("layers", []), harness_layers=result.get("harness_layers", [])
+    )
     for i, (raw, case) in enumerate(zip(result["runs"], cases, strict=True)):
         run = _run_result(raw)
         if run.ok and same_stdout(run.stdout, case["output"]):
@@ -215,6 +233,8 @@ async def verify_stdio(
             scored.details.append(f"case {i}: passed")
         else:
             scored.details.append(f"case {i}: {_why(run)}")
+            scored.missing_modules += _missing(run.stderr)
+    scored.missing_modules = sorted(set(scored.missing_modules))
     return scored
 
 
@@ -223,7 +243,7 @@ async def verify_asserts(
 ) -> CodeResult:
     """Load `code`, then run each test snippet (e.g. `assert add(1, 2) == 3`) in the harness against it."""
     result = await _sandbox({"mode": "asserts", "solution": code, "tests": tests}, len(tests), limits, mode)
-    return _scored(result, "test")
+    return _scored(result, "test", len(tests))
 
 
 async def verify_calls(
@@ -242,7 +262,7 @@ async def verify_calls(
         "fn_name": fn_name,
         "cases": [{"args": args, "expected": expected} for args, expected in cases],
     }
-    return _scored(await _sandbox(spec, len(cases), limits, mode), "case")
+    return _scored(await _sandbox(spec, len(cases), limits, mode), "case", len(cases))
 
 
 def same_stdout(actual: str, expected: str) -> bool:
@@ -293,15 +313,60 @@ def _run_result(raw: dict[str, Any]) -> RunResult:
     )
 
 
-def _scored(result: dict[str, Any], noun: str) -> CodeResult:
-    scored = CodeResult(passed=0, total=len(result["tests"]), layers=result.get("layers", []))
+def _scored(result: dict[str, Any], noun: str, sent: int) -> CodeResult:
+    _covers(result, "tests", sent)
+    scored = CodeResult(
+        passed=0, total=sent, layers=result.get("layers", []), harness_layers=result.get("harness_layers", [])
+    )
     for i, (outcome, detail) in enumerate(result["tests"]):
         if outcome == "ok":
             scored.passed += 1
             scored.details.append(f"{noun} {i}: passed")
         else:
             scored.details.append(f"{noun} {i}: {detail or 'failed'}")
+    scored.missing_modules = sorted({m for d in scored.details for m in _missing(d)})
     return scored
+
+
+_NO_MODULE = re.compile(r"No module named '([A-Za-z_][\w.]*)'")
+
+
+def _missing(text: str) -> list[str]:
+    return [name.split(".")[0] for name in _NO_MODULE.findall(text)]
+
+
+def sandbox_lacks(modules: list[str]) -> list[str]:
+    """Those of these top-level modules the sandbox's interpreter cannot import (it finds no such module).
+
+    Asked of that interpreter (`python -I`, as the sandbox runs it) without importing anything: a module
+    is looked up, never run. Cached per name: what is installed does not change under a running verifier.
+    """
+    return [name for name in modules if name.isidentifier() and not _sandbox_has(name)]
+
+
+@lru_cache(maxsize=1024)
+def _sandbox_has(module: str) -> bool:
+    probe = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 3)"
+    done = subprocess.run([_python(), "-I", "-c", probe], capture_output=True, env=_minimal_env("/"), cwd="/")
+    return done.returncode != 3
+
+
+def _covers(result: dict[str, Any], key: str, sent: int) -> None:
+    """The verdict must hold one well-formed outcome per test sent, no more, no fewer; else it is no verdict."""
+    outcomes = result.get(key)
+    if not isinstance(outcomes, list):
+        raise SandboxError(f"the sandbox's verdict holds no `{key}` for the {sent} tests sent")
+    if key == "tests":
+        well_formed = all(
+            isinstance(o, list) and len(o) == 2 and o[0] in ("ok", "fail") and isinstance(o[1], str) for o in outcomes
+        )
+    else:
+        well_formed = all(isinstance(o, dict) and _RUN_KEYS <= o.keys() for o in outcomes)
+    if not well_formed or len(outcomes) != sent:
+        raise SandboxError(f"the sandbox's verdict is not one outcome per test: {len(outcomes)} for the {sent} sent")
+
+
+_RUN_KEYS = frozenset({"exit_code", "stdout", "stderr", "timed_out", "output_exceeded", "disk_exceeded", "wall_s"})
 
 
 def _why(run: RunResult) -> str:
@@ -372,7 +437,7 @@ async def _execute(command: list[str], work: str, spec: bytes, deadline: float, 
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        cwd=work if fallback else "/",
+        cwd="/",  # the harness's, never the work dir the solution writes
         env=_minimal_env(work),
         start_new_session=True,  # its own process group, killed as a whole
         limit=1 << 30,
@@ -390,9 +455,21 @@ async def _execute(command: list[str], work: str, spec: bytes, deadline: float, 
                 tail = (tail + line)[-4000:]
         return tail
 
+    swept = False
+
+    async def ended() -> None:
+        nonlocal swept
+        if not fallback:  # the harness is PID 1 of its namespace: everything in it ends with it
+            await proc.wait()
+            return
+        while proc.returncode is None:  # not `wait()`, which also waits for the pipes that leftovers may hold open
+            await asyncio.sleep(0.01)
+        await asyncio.to_thread(_kill_session, proc.pid)  # what it left in its session: the verdict is in
+        swept = True
+
     try:
         out, err, _ = await asyncio.wait_for(
-            asyncio.gather(_feed_and_read(proc, spec), stderr_lines(), proc.wait()),
+            asyncio.gather(_feed_and_read(proc, spec), stderr_lines(), ended()),
             timeout=deadline,
         )
     except TimeoutError as e:
@@ -400,7 +477,7 @@ async def _execute(command: list[str], work: str, spec: bytes, deadline: float, 
             f"the sandbox gave no verdict within {deadline:.0f} s (every run's deadline summed)"
         ) from e
     finally:
-        await _stop(proc, groups, fallback)
+        await _stop(proc, groups, fallback, sweep=fallback and not swept)
     lines = out.strip().splitlines()
     try:
         result = json.loads(lines[-1]) if lines else None
@@ -425,8 +502,9 @@ async def _feed_and_read(proc: asyncio.subprocess.Process, spec: bytes) -> bytes
     return await proc.stdout.read()
 
 
-async def _stop(proc: asyncio.subprocess.Process, groups: list[int], fallback: bool) -> None:
-    """End the harness and, in the fallback, every runner group it reported (whatever state it is in)."""
+async def _stop(proc: asyncio.subprocess.Process, groups: list[int], fallback: bool, *, sweep: bool) -> None:
+    """End the harness and, in the fallback, every runner group it reported and whatever else is in its session
+    (whatever state it is in): seccomp keeps everything it starts in that session."""
     if proc.returncode is None:
         if fallback:  # the harness kills its runners on SIGTERM; SIGKILL if it does not go
             _signal_group(proc.pid, signal.SIGTERM)
@@ -438,6 +516,36 @@ async def _stop(proc: asyncio.subprocess.Process, groups: list[int], fallback: b
         await proc.wait()
     for pgid in groups:
         _signal_group(pgid, signal.SIGKILL)
+    if sweep:
+        await asyncio.to_thread(_kill_session, proc.pid)
+
+
+def _kill_session(sid: int) -> None:
+    """SIGKILL every process of session `sid` until none is left (its id stays taken while any member lives)."""
+    for _ in range(20):
+        members = _session_members(sid)
+        if not members:
+            return
+        for pid in members:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
+
+
+def _session_members(sid: int) -> list[int]:
+    members = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    fields = stat.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
+            except OSError:
+                continue
+            if len(fields) > 3 and int(fields[3]) == sid and fields[0] != b"Z":  # state, ppid, pgrp, session
+                members.append(int(entry.name))
+    return members
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -479,8 +587,14 @@ def _identity() -> list[str]:
     if setpriv is None:
         raise RuntimeError("the code sandbox needs `setpriv` (util-linux)")
     prefix = [setpriv, "--pdeathsig", "KILL"]
-    if os.geteuid() == 0:
-        prefix += [f"--reuid={_NOBODY}", f"--regid={_NOBODY}", "--clear-groups"]
+    if os.geteuid() == 0:  # no capability to carry along (a user namespace grants its own)
+        prefix += [
+            "--bounding-set=-all",
+            "--inh-caps=-all",
+            f"--reuid={_NOBODY}",
+            f"--regid={_NOBODY}",
+            "--clear-groups",
+        ]
     return prefix
 
 

@@ -9,12 +9,22 @@ Where the answer is, in order:
    spans that cannot open JSON, like `{x}`, are skipped, and at most the last 100 are tried).
 
 Validation is `jsonschema`'s, with the draft the schema names in `$schema` (2020-12
-otherwise) and its format checker (formats whose checker needs a package that is not
-installed, e.g. `date-time` without `rfc3339-validator`, pass unchecked). A `$ref` to
-another document is never fetched. The reward is 1.0 only when the answer parses and
-validates; otherwise `error_type` says which step failed (NeMo Gym's names:
-`empty_response`, `parse_error`, `validation_error`, plus `too_large`) and `error` says
-what, with the JSON path of the most relevant validation error (`best_match`).
+otherwise). JSON Schema's `format` (`email`, `date`...) is an annotation, as in NeMo Gym
+0.7.0 (its `openapi-schema-validator` checks no format); `check_formats=True` checks it
+(formats whose checker needs a package that is not installed, e.g. `date-time` without
+`rfc3339-validator`, pass unchecked). A `$ref` to another document is never fetched.
+
+A content-free answer (every value null, a blank string or an empty array or object: `[]`
+for an array schema without `minItems`, `""` for every string) is valid wherever the schema
+sets no minimum, so a policy could learn to answer every row with one. It scores 0
+(`error_type: content_free`) unless the schema admits nothing else (`admits_content`: no
+place in it can hold a number, a boolean or a non-blank string), where it is the only right
+answer; `pay_content_free=True` pays it as NeMo Gym does (validity only).
+
+The reward is 1.0 only when the answer parses and validates; otherwise `error_type` says
+which step failed (NeMo Gym's names: `empty_response`, `parse_error`, `validation_error`,
+plus `too_large` and `content_free`) and `error` says what, with the JSON path of the most
+relevant validation error (`best_match`).
 
 An invalid *schema* is the task's bug, not the model's: it raises `InvalidSchemaError`
 instead of scoring 0, so a broken dataset row fails loudly.
@@ -40,16 +50,20 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 from referencing.exceptions import Unresolvable
 
+from .non_answer import is_content_free
+
 __all__ = [
     "MAX_CHARS",
     "MAX_DEPTH",
     "InvalidSchemaError",
     "JsonParseError",
     "JsonSchemaResult",
+    "admits_content",
     "extract_json",
     "load_schema",
     "strictify",
     "verify_json",
+    "verify_value",
 ]
 
 MAX_CHARS = 200_000
@@ -97,6 +111,8 @@ def verify_json(
     *,
     strict: bool = False,
     lenient_parse: bool = False,
+    check_formats: bool = False,
+    pay_content_free: bool = False,
     max_chars: int = MAX_CHARS,
     max_depth: int = MAX_DEPTH,
 ) -> JsonSchemaResult:
@@ -106,7 +122,7 @@ def verify_json(
     required, no others allowed). `lenient_parse` also looks for the JSON in a fence or in
     prose (see the module docstring). Raises `InvalidSchemaError` for a bad schema.
     """
-    validator = load_schema(schema, strict=strict)
+    validator = load_schema(schema, strict=strict, check_formats=check_formats)
     if not text.strip():
         return JsonSchemaResult(0.0, error_type="empty_response", error="the answer has no text")
     if len(text) > max_chars:
@@ -117,6 +133,59 @@ def verify_json(
         value = extract_json(text) if lenient_parse else _whole(text)
     except JsonParseError as e:
         return JsonSchemaResult(0.0, error_type="parse_error", error=str(e))
+    return _validate(value, validator, pay_content_free=pay_content_free, max_depth=max_depth)
+
+
+def verify_value(
+    value: Any,
+    schema: Mapping[str, Any] | bool | str,
+    *,
+    strict: bool = False,
+    check_formats: bool = False,
+    pay_content_free: bool = False,
+    max_depth: int = MAX_DEPTH,
+) -> JsonSchemaResult:
+    """Score an already-parsed answer (a tool call's arguments) against `schema`, as `verify_json` scores text."""
+    validator = load_schema(schema, strict=strict, check_formats=check_formats)
+    return _validate(value, validator, pay_content_free=pay_content_free, max_depth=max_depth)
+
+
+def admits_content(schema: Any) -> bool:
+    """Whether some place in `schema` can hold content (a number, a boolean, a non-blank string); True when unsure.
+
+    Read from its keywords, not proven: `$ref`, `not` and conditionals count as "can".
+    """
+    if not isinstance(schema, dict):
+        return schema is not False
+    if "const" in schema:
+        return not is_content_free(schema["const"])
+    if "enum" in schema:
+        return not all(is_content_free(v) for v in schema["enum"])
+    if "$ref" in schema or "not" in schema or "if" in schema:
+        return True
+    branches = [b for key in ("anyOf", "oneOf") for b in schema.get(key, [])]
+    if branches and not any(admits_content(b) for b in branches):
+        return False
+    if any(not admits_content(b) for b in schema.get("allOf", [])):
+        return False
+    types = schema.get("type")
+    if types is None:
+        return True  # untyped: anything its branches (if any, and one of them has room) allow
+    types = {types} if isinstance(types, str) else set(types)
+    if types & {"number", "integer", "boolean"} or ("string" in types and schema.get("maxLength") != 0):
+        return True
+    if "array" in types and schema.get("maxItems") != 0:
+        items = [schema.get("items", True), *schema.get("prefixItems", [])]
+        if any(admits_content(i) for i in items):
+            return True
+    if "object" in types:
+        values = [*schema.get("properties", {}).values(), *schema.get("patternProperties", {}).values()]
+        values.append(schema.get("additionalProperties", True))
+        return any(admits_content(v) for v in values)
+    return False
+
+
+def _validate(value: Any, validator: Validator, *, pay_content_free: bool, max_depth: int) -> JsonSchemaResult:
     depth = _depth(value, max_depth)
     if depth > max_depth:
         return JsonSchemaResult(
@@ -127,6 +196,13 @@ def verify_json(
     except Unresolvable as e:
         raise InvalidSchemaError(f"the schema has a `$ref` that cannot be resolved here: {e}") from e
     if not errors:
+        if is_content_free(value) and not pay_content_free and admits_content(validator.schema):
+            return JsonSchemaResult(
+                0.0,
+                value=value,
+                error_type="content_free",
+                error="the answer holds no content (every value null, blank or empty); the schema has room for some",
+            )
         return JsonSchemaResult(1.0, value=value)
     first = best_match(errors)
     assert first is not None  # errors is not empty
@@ -177,7 +253,9 @@ def extract_json(text: str) -> Any:
         raise JsonParseError(f"the answer holds no JSON object or array ({_describe(whole_error)})") from None
 
 
-def load_schema(schema: Mapping[str, Any] | bool | str, *, strict: bool = False) -> Validator:
+def load_schema(
+    schema: Mapping[str, Any] | bool | str, *, strict: bool = False, check_formats: bool = False
+) -> Validator:
     """A checked, cached validator for `schema`; raises `InvalidSchemaError` naming the problem and where."""
     if isinstance(schema, str):
         key = schema
@@ -186,7 +264,7 @@ def load_schema(schema: Mapping[str, Any] | bool | str, *, strict: bool = False)
             key = json.dumps(schema, sort_keys=True)
         except (TypeError, ValueError) as e:
             raise InvalidSchemaError(f"the schema is not JSON-serializable: {e}") from e
-    return _compile(key, strict)
+    return _compile(key, strict, check_formats)
 
 
 def strictify(schema: Any) -> Any:
@@ -207,7 +285,7 @@ def strictify(schema: Any) -> Any:
 
 
 @lru_cache(maxsize=256)
-def _compile(schema_json: str, strict: bool) -> Validator:
+def _compile(schema_json: str, strict: bool, check_formats: bool) -> Validator:
     try:
         schema = json.loads(schema_json)
     except ValueError as e:
@@ -221,7 +299,7 @@ def _compile(schema_json: str, strict: bool) -> Validator:
         cls.check_schema(schema)
     except jsonschema.SchemaError as e:
         raise InvalidSchemaError(f"invalid JSON schema at {e.json_path}: {_clip(e.message)}") from e
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER if check_formats else None)
 
 
 def _loads(text: str) -> Any:

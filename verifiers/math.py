@@ -13,7 +13,12 @@ compare with 5 s alarms that turn into a silent 0; here those are off, and the w
 runs in a worker process under one deadline (`timeout_s`, 10 s by default as NeMo Gym's
 `library_verifier_timeout_seconds`). A check that overruns it is *not* scored: the result says
 `timed_out` (the environment turns that into a `verifier_timeout` failure), and the worker is
-killed and replaced, so an adversarial expression cannot stall the replica.
+killed and replaced, so an adversarial expression cannot stall the replica. The same happens
+when the caller gives up first (its own deadline cancels the check): the abandoned check never
+holds up the next one. The worker's start-up (a fork server, math-verify's import and its
+parser's first load, seconds on a busy machine) is never part of a check's time:
+`start_worker()` does it before any check (the environment calls it when it is built), and a
+replacement is started as soon as a worker is killed.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import weakref
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_TIMEOUT_S", "MathResult", "extract_answer", "is_equivalent", "verify_math"]
+__all__ = ["DEFAULT_TIMEOUT_S", "MathResult", "extract_answer", "is_equivalent", "start_worker", "verify_math"]
 
 DEFAULT_TIMEOUT_S = 10.0
 """NeMo Gym's `library_verifier_timeout_seconds` default."""
@@ -81,9 +86,8 @@ def is_equivalent(expected: str, text: str) -> tuple[bool, str | None]:
 
 
 def _ready() -> bool:
-    import math_verify  # noqa: F401  (preloaded by the fork server: this is instant in a warm worker)
-
-    return True
+    """Instant in a warm worker; in a new one, loads what the first check would (math-verify's LaTeX parser)."""
+    return is_equivalent("1", "\\boxed{1}")[0]
 
 
 class _Workers:
@@ -107,14 +111,23 @@ class _Workers:
         return self._pool
 
     def reset(self) -> None:
+        """Kill the worker (and the check it runs) and start its replacement now, off any check's clock."""
         pool, self._pool = self._pool, None
         if pool is not None:
             for process in list(getattr(pool, "_processes", {}).values()):
                 process.kill()
             pool.shutdown(wait=False, cancel_futures=True)
+        self.pool().submit(_ready)
 
 
 _workers = _Workers()
+
+
+def start_worker() -> None:
+    """Start the worker and load math-verify in it now (blocking), so that no check's deadline pays for it."""
+    _workers.pool().submit(_ready).result()
+
+
 _turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
@@ -134,8 +147,7 @@ async def verify_math(text: str, expected: str, *, timeout_s: float = DEFAULT_TI
         return MathResult(0.0, None)
     loop = asyncio.get_running_loop()
     async with _turn():
-        # a worker first (the fork server's start and math-verify's import, seconds on a busy machine): the
-        # deadline times the check alone
+        # a warm worker first (instant, unless a replacement is still starting): the deadline times the check alone
         await loop.run_in_executor(_workers.pool(), _ready)
         try:
             same, extracted = await asyncio.wait_for(
@@ -144,4 +156,7 @@ async def verify_math(text: str, expected: str, *, timeout_s: float = DEFAULT_TI
         except TimeoutError:
             _workers.reset()
             return MathResult(0.0, boxed, timed_out=True)
+        except asyncio.CancelledError:  # the caller's deadline came first: the check it abandons must not run on
+            _workers.reset()
+            raise
     return MathResult(1.0 if same else 0.0, extracted)

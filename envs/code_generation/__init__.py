@@ -14,19 +14,26 @@ An answer whose final text holds a `<think>` tag scores 0 (NeMo Gym's `reasoning
 Reward: 1.0 when every test passes, else 0.0; `fraction_passed`, `tests_passed`, `tests_total`,
 `extracted_code` and the sandbox's `sandbox_layers` are added to the rollout row. A sandbox
 that gives no verdict fails the rollout (`verifier_error`, or `verifier_timeout` if it stalled).
+A failure to import a package the task itself imports (in its tests, or in the code its prompt
+starts from: BigCodeBench's `pandas`, `wordcloud`) and the sandbox's Python lacks fails the rollout
+as `missing_package`, naming it: no answer could be scored there. A package only the solution
+chose to import is the solution's failure (0).
 """
 
 from __future__ import annotations
 
+import ast
+import asyncio
 import base64
 import json
+import re
 import zlib
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from gym_serve import Environment, Response, Task, Verdict
-from gym_serve.errors import VerifierTimeoutError, VerifyError
+from gym_serve.errors import MissingPackageError, VerifierTimeoutError, VerifyError
 from gym_serve.verifiers import code as sandbox
 from gym_serve.verifiers.code import SandboxLimits, extract_code
 
@@ -128,6 +135,8 @@ class CodeGeneration(Environment):
             raise VerifierTimeoutError(f"code_generation: {e}") from e
         except sandbox.SandboxError as e:
             raise VerifyError(f"code_generation: {e}") from e
+        if result.reward < 1.0:
+            await _scorable(task, result)
         return Verdict(
             reward=result.reward,
             components={"fraction_passed": result.fraction},
@@ -159,3 +168,34 @@ class CodeGeneration(Environment):
         if task.cases:
             return await sandbox.verify_stdio(code, [c.model_dump() for c in task.cases], limits=limits, mode=mode)
         return await sandbox.verify_asserts(code, task.tests or [], limits=limits, mode=mode)
+
+
+_PROMPT_IMPORT = re.compile(r"^[ \t>]*(?:from[ \t]+([A-Za-z_]\w*)[\w.]*[ \t]+import|import[ \t]+([A-Za-z_]\w*))", re.M)
+
+
+def task_modules(task: CodeTask) -> set[str]:
+    """The top-level modules the task itself imports: in its tests, and in code its prompt gives."""
+    names = {a or b for a, b in _PROMPT_IMPORT.findall(task.prompt_text())}
+    for source in task.tests or []:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+async def _scorable(task: CodeTask, result: sandbox.CodeResult) -> None:
+    """Raise `MissingPackageError` when the failure is a package the task needs and the sandbox lacks."""
+    needed = sorted(set(result.missing_modules) & task_modules(task))
+    lacking = await asyncio.to_thread(sandbox.sandbox_lacks, needed) if needed else []
+    if lacking:
+        names = ", ".join(f"`{name}`" for name in lacking)
+        raise MissingPackageError(
+            f"code_generation: the task imports {names}, which the sandbox's Python lacks; no answer can be scored "
+            "here (install it for the interpreter the sandbox runs, or leave such rows out)"
+        )

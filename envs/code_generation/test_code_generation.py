@@ -79,3 +79,23 @@ async def test_a_think_tag_in_the_final_answer_scores_zero() -> None:
     text = "<think>easy</think>\n```python\ndef double(x):\n    return 2 * x\n```"
     result = await ENV().verify(task, answer(text), None)
     assert result.reward == 0.0 and result.fields["reasoning_format_violation"] is True
+
+
+async def test_a_package_only_the_solution_chose_is_its_own_failure() -> None:
+    """Only a package the task imports can make a row unscorable: one the solution picked scores 0, not a mask."""
+    task = CodeTask(tests=["assert double(2) == 4"])
+    result = await ENV().verify(
+        task, answer("```python\nimport wordcloud\ndef double(x):\n    return 2 * x\n```"), None
+    )
+    assert result.reward == 0.0 and result.fields["tests_passed"] == 0
+
+
+async def test_a_package_the_tests_import_and_the_sandbox_lacks_fails_the_rollout_naming_it() -> None:
+    import pytest
+
+    from gym_serve.errors import FailureKind, MissingPackageError
+
+    task = CodeTask(tests=["from wordcloud import WordCloud\nassert double(2) == 4"])
+    with pytest.raises(MissingPackageError, match="the task imports `wordcloud`") as raised:
+        await ENV().verify(task, answer("```python\ndef double(x):\n    return 2 * x\n```"), None)
+    assert raised.value.kind is FailureKind.MISSING_PACKAGE

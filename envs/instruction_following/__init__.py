@@ -11,6 +11,16 @@ Reward: prompt-level strict (`grading_mode: binary`, the default), or the fracti
 instructions followed strictly (`grading_mode: fraction`, as NeMo Gym offers). Fields:
 NeMo Gym's `follow_all_instructions` and `follow_instruction_list` (strict), the loose
 list, and IFEval's four numbers, so `gym-serve profile` reports their means.
+
+Where we differ from NeMo Gym: a content-free answer pays 0 (`non_answer: true`), whatever
+it happens to follow. Every IFEval and NeMo Gym prompt asks for a text, so on no row can an
+answer without content be right: an empty or blank one, refusals, JSON whose values are all
+null or empty (it is JSON, and its keys can hold every keyword), or the prompt echoed back.
+The prompt is judged by content, not length: every copy of it is taken out of the answer and
+the instructions are checked on what is left, the model's own text. The one per-row
+exception is a row that asks for the prompt to be repeated (`combination:repeat_prompt`):
+there the copy is part of the answer and is checked with it, and what follows it must still
+have content.
 """
 
 from __future__ import annotations
@@ -21,7 +31,9 @@ from pydantic import ValidationInfo, field_validator, model_validator
 
 from gym_serve import Environment, Response, Task, Verdict
 from gym_serve.verifiers.instruction_following import check_instructions, make_instructions
-from gym_serve.verifiers.non_answer import is_non_answer
+from gym_serve.verifiers.non_answer import is_non_answer, without_echo
+
+REPEAT_PROMPT = "combination:repeat_prompt"
 
 
 class InstructionTask(Task):
@@ -52,11 +64,13 @@ class InstructionFollowing(Environment):
     Task = InstructionTask
 
     async def verify(self, task: InstructionTask, response: Response, state: None) -> Verdict:
-        text = response.output_text()
-        if is_non_answer(text, task.prompt_text()):  # "i don't know" is lowercase and short: it follows nothing asked
+        text, prompt = response.output_text(), task.prompt_text()
+        if is_non_answer(text, prompt):  # "i don't know" is lowercase and short: it follows nothing asked
             count = len(task.instruction_id_list)
             fields = {"follow_all_instructions": False, "follow_instruction_list": [False] * count, "non_answer": True}
             return Verdict(reward=0.0, fields=fields)
+        if REPEAT_PROMPT not in task.instruction_id_list:  # the prompt's own words are not the model's
+            text = without_echo(text, prompt)
         result = check_instructions(text, make_instructions(task.instruction_id_list, task.kwargs))
         reward = (
             float(result.prompt_level_strict) if task.grading_mode == "binary" else result.instruction_level_strict

@@ -76,3 +76,50 @@ async def test_bad_rows_fail_with_the_instruction_named(fields: dict[str, Any], 
     with pytest.raises(InputError, match="instruction_following") as info:
         await EnvRunner(InstructionFollowing()).verify(nemo_row(**fields), answer("hi"), None)
     assert says in str(info.value)
+
+
+POEM = (
+    "Write a short poem about the sea. Include the keywords waves and salt. "
+    "Your entire response should be in lowercase letters."
+)
+
+
+def poem_row(ids: list[str], kwargs: list[dict[str, Any] | None]) -> dict[str, Any]:
+    return {"responses_create_params": {"input": POEM}, "instruction_id_list": ids, "kwargs": kwargs}
+
+
+KEYWORDS_LOWERCASE = (["keywords:existence", "change_case:english_lowercase"], [{"keywords": ["waves", "salt"]}, None])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        POEM.lower() + "\n\nthis is the poem you asked for, enjoy it.",  # the echo and ~40 characters: once paid 1.0
+        '{"waves": null, "salt": ""}',  # JSON and the keywords, nothing in it: once paid 1.0 with json_format
+        '```json\n{"poem": {"waves": [], "salt": null}}\n```',
+        POEM.lower() + "\n\ni don't know. no idea.",
+    ],
+)
+async def test_content_free_answers_follow_nothing(text: str) -> None:
+    """The prompt's own words are not the model's, and empty JSON is not an answer, whatever they happen to follow."""
+    runner = EnvRunner(InstructionFollowing())
+    ids, kwargs = KEYWORDS_LOWERCASE
+    rows = [poem_row(ids, kwargs), poem_row([*ids, "detectable_format:json_format"], [*kwargs, None])]
+    for row in rows:
+        assert (await runner.verify(row, answer(text), None))["reward"] == 0.0, (row["instruction_id_list"], text)
+    poem = "waves of salt\nroll in and out\nthe sea keeps its counsel"
+    assert (await runner.verify(rows[0], answer(poem), None))["reward"] == 1.0
+    assert (await runner.verify(rows[1], answer('{"poem": "waves of salt roll in"}'), None))["reward"] == 1.0
+
+
+async def test_a_row_that_asks_for_the_prompt_repeated_checks_the_copy_and_needs_content_after_it() -> None:
+    """The one row where the echo belongs to the answer: it is checked with it, and must not be all there is."""
+    runner = EnvRunner(InstructionFollowing())
+    row = poem_row(
+        ["combination:repeat_prompt", "keywords:existence"], [{"prompt_to_repeat": POEM}, {"keywords": ["tide"]}]
+    )
+    assert (await runner.verify(row, answer(POEM + "\nwaves and the tide come in"), None))["reward"] == 1.0
+    for text in (POEM, POEM + "\n\nI don't know.", "waves and the tide come in"):
+        got = await runner.verify(row, answer(text), None)
+        assert got["reward"] == 0.0, text
+    assert (await runner.verify(row, answer(POEM), None))["non_answer"] is True

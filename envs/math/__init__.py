@@ -8,14 +8,19 @@ equivalence of the text with the reference (NeMo Gym's library path, no judge).
 
 A check that does not finish within `verify_timeout_s` (10 s, NeMo Gym's
 default; set it per deployment) fails the rollout as `verifier_timeout`
-(masked): a busy machine never turns a right answer into a 0.
+(masked): a busy machine never turns a right answer into a 0. The check's
+worker process starts when the environment is built, not inside a deadline.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import BaseModel
+
 from gym_serve import Environment, Response, Task, Verdict
 from gym_serve.errors import VerifierTimeoutError
-from gym_serve.verifiers.math import DEFAULT_TIMEOUT_S, verify_math
+from gym_serve.verifiers.math import DEFAULT_TIMEOUT_S, start_worker, verify_math
 
 
 class MathTask(Task):
@@ -26,6 +31,12 @@ class Math(Environment):
     Task = MathTask
     answer_key = "extracted_answer"
     verify_timeout_s = DEFAULT_TIMEOUT_S
+
+    def __init__(
+        self, config: BaseModel | dict[str, Any] | None = None, *, verify_timeout_s: float | None = None
+    ) -> None:
+        super().__init__(config, verify_timeout_s=verify_timeout_s)
+        start_worker()  # math-verify's worker starts with the environment, so no verify deadline pays for it
 
     async def verify(self, task: MathTask, response: Response, state: None) -> Verdict:
         result = await verify_math(response.output_text(), task.expected_answer, timeout_s=self.verify_timeout_s)

@@ -7,18 +7,36 @@ Rows are NeMo Gym's `structured_outputs` rows: the schema as JSON text in
 is JSON that validates, else 0.0 (JSON in a fence or in prose is a `parse_error`;
 `config: {lenient_parse: true}` accepts those, explicitly). The schema is made
 strict first (every declared property required, no others); `config: {strict:
-false}` uses it as written. `error_type`, `error_message` and `error_path` say why
-a rollout scored 0.
+false}` uses it as written. `format` is not checked, as in NeMo Gym (`config:
+{check_formats: true}` checks it).
+
+Rows with `response_mode: tool_call` (NeMo Gym's v4) answer with a function call
+instead: the episode ends at the model's first call (nothing runs), which must be the
+only call, named `tool_name` when the row names one; its arguments (or their
+`tool_payload_key` entry) are the JSON validated, as NeMo Gym scores them.
+
+Where we differ from NeMo Gym: a content-free answer (every value null, blank or empty)
+scores 0 (`error_type: content_free`) on every row whose schema has room for content;
+`config: {pay_content_free: true}` pays it, as NeMo Gym does. `error_type`,
+`error_message` and `error_path` say why a rollout scored 0.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gym_serve import Environment, Response, Task, Verdict
-from gym_serve.verifiers.json_schema import MAX_CHARS, load_schema, verify_json
+from gym_serve.verifiers.json_schema import (
+    MAX_CHARS,
+    JsonSchemaResult,
+    load_schema,
+    verify_json,
+    verify_value,
+)
+from gym_serve.wire.responses import function_calls
 
 
 class SchemaTask(Task):
@@ -30,6 +48,12 @@ class SchemaTask(Task):
     """The same under NeMo Gym's earlier name `schema` (JSON text, or an object)."""
     schema_type: str = "json"
     """The answer's format; NeMo Gym also has yaml, xml, toml and csv rows, which this env refuses."""
+    response_mode: Literal["text", "tool_call"] = "text"
+    """`tool_call`: the answer is a function call whose arguments are the JSON (NeMo Gym's v4 rows)."""
+    tool_name: str | None = None
+    """The function the answer must call (tool-call rows; any one call when unset)."""
+    tool_payload_key: str | None = None
+    """The argument holding the JSON (tool-call rows; the whole arguments when unset)."""
 
     @model_validator(mode="after")
     def _one_schema(self) -> SchemaTask:
@@ -52,22 +76,60 @@ class StructuredOutputsConfig(BaseModel):
     lenient_parse: bool = Field(
         default=False, description="Also read JSON from a ```json fence or from prose (NeMo Gym does not)."
     )
+    check_formats: bool = Field(
+        default=False, description="Check JSON Schema `format` (email, date...); NeMo Gym 0.7.0 does not."
+    )
+    pay_content_free: bool = Field(
+        default=False,
+        description="Pay an answer with no content (all null, blank, empty) that validates, as NeMo Gym does.",
+    )
     max_chars: int = Field(default=MAX_CHARS, ge=1, description="Longer answers score 0 unparsed.")
 
 
 class StructuredOutputs(Environment):
     Task = SchemaTask
     Config = StructuredOutputsConfig
+    execute_tool_calls = False  # a tool-call row's call *is* the answer; text rows offer no tools
 
     async def verify(self, task: SchemaTask, response: Response, state: None) -> Verdict:
-        result = verify_json(
-            response.output_text(),
-            task.schema_value,
-            strict=self.config.strict,
-            lenient_parse=self.config.lenient_parse,
-            max_chars=self.config.max_chars,
-        )
+        config = self.config
+        options = {"strict": config.strict, "check_formats": config.check_formats}
+        options["pay_content_free"] = config.pay_content_free
+        if task.response_mode == "tool_call":
+            result = _tool_call_verdict(task, response.output, options)
+        else:
+            text = response.output_text()
+            result = verify_json(
+                text, task.schema_value, lenient_parse=config.lenient_parse, max_chars=config.max_chars, **options
+            )
         return Verdict(
             reward=result.reward,
             fields={"error_type": result.error_type, "error_message": result.error, "error_path": result.error_path},
         )
+
+
+def _tool_call_verdict(task: SchemaTask, output: list[dict[str, Any]], options: dict[str, bool]) -> JsonSchemaResult:
+    """NeMo Gym's tool-call scoring: exactly one call, the right name, parseable arguments, the payload validates."""
+    calls = function_calls(output)
+    if len(calls) != 1:
+        kind = "missing_tool_call" if not calls else "multiple_tool_calls"
+        names = ", ".join(str(c.get("name")) for c in calls) or "none"
+        return JsonSchemaResult(0.0, error_type=kind, error=f"expected exactly one function call, got: {names}")
+    call = calls[0]
+    if task.tool_name and call.get("name") != task.tool_name:
+        return JsonSchemaResult(
+            0.0, error_type="wrong_tool_name", error=f"expected a call to `{task.tool_name}`, got `{call.get('name')}`"
+        )
+    arguments = call.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except (ValueError, RecursionError) as e:
+            return JsonSchemaResult(0.0, error_type="tool_arguments_parse_error", error=str(e)[:300])
+    if task.tool_payload_key:
+        if not isinstance(arguments, dict) or task.tool_payload_key not in arguments:
+            return JsonSchemaResult(
+                0.0, error_type="missing_tool_payload_key", error=f"no `{task.tool_payload_key}` in the arguments"
+            )
+        arguments = arguments[task.tool_payload_key]
+    return verify_value(arguments, task.schema_value, **options)

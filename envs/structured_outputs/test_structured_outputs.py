@@ -40,6 +40,20 @@ class Says:
         }
 
 
+class Calls:
+    """A model that answers every request with these function calls."""
+
+    def __init__(self, *calls: tuple[str, dict[str, Any]]) -> None:
+        self.calls = calls
+
+    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+        output = [
+            {"type": "function_call", "call_id": f"c{i}", "name": name, "arguments": json.dumps(arguments)}
+            for i, (name, arguments) in enumerate(self.calls)
+        ]
+        return {"id": "r", "object": "response", "status": "completed", "output": output}
+
+
 def row(**fields: Any) -> dict[str, Any]:
     return {"responses_create_params": {"input": "Give the city as JSON."}, **fields}
 
@@ -76,6 +90,50 @@ async def test_nemo_gyms_older_schema_field_loads_too() -> None:
     for fields in ({"schema": json.dumps(SCHEMA)}, {"schema": SCHEMA}, {"schema_str": json.dumps(SCHEMA)}):
         rollout = await run_local(row(**fields, schema_type="json"), ENV(), answer)
         assert (rollout["reward"], rollout["error_path"]) == (0.0, "$.population"), fields
+
+
+async def test_a_tool_call_row_is_answered_by_one_call_whose_arguments_validate() -> None:
+    """NeMo Gym's v4 rows (`response_mode: tool_call`): the episode ends at the call, which nothing runs."""
+    tool = {"type": "function", "name": "record", "parameters": {"type": "object", "properties": {"city": SCHEMA}}}
+    fields = {"schema_str": json.dumps(SCHEMA), "response_mode": "tool_call", "tool_name": "record"}
+    fields |= {"tool_payload_key": "city"}
+    task = {"responses_create_params": {"input": "Record the city.", "tools": [tool]}, **fields}
+    right = {"city": {"city": "Oslo", "population": 700000}}
+    got = await run_local(task, ENV(), Calls(("record", right)))
+    assert (got["reward"], got["error_type"]) == (1.0, None)
+    assert [i["type"] for i in got["response"]["output"]] == ["function_call"]  # nothing ran, the episode ended
+    wrong = {
+        "wrong_tool_name": Calls(("other", right)),
+        "multiple_tool_calls": Calls(("record", right), ("record", right)),
+        "missing_tool_payload_key": Calls(("record", {"town": right["city"]})),
+        "validation_error": Calls(("record", {"city": {"city": "Oslo"}})),
+        "content_free": Calls(("record", {"city": {"city": "", "population": None}})),
+        "missing_tool_call": Says('{"city": "Oslo", "population": 700000}'),
+    }
+    loose = {**SCHEMA, "properties": {**SCHEMA["properties"], "population": {"type": ["integer", "null"]}}}
+    for kind, model in wrong.items():
+        schema = loose if kind == "content_free" else SCHEMA
+        got = await run_local({**task, "schema_str": json.dumps(schema)}, ENV(), model)
+        assert (got["reward"], got["error_type"]) == (0.0, kind), (kind, got["error_message"])
+
+
+async def test_a_content_free_answer_is_paid_only_where_the_schema_admits_nothing_else() -> None:
+    """`[]` validates an array schema without `minItems`: NeMo Gym pays it; here it scores 0 unless configured."""
+    schema = json.dumps({"type": "array", "items": {"type": "string"}})
+    empty = await run_local(row(schema_str=schema), ENV(), Says("[]"))
+    assert (empty["reward"], empty["error_type"]) == (0.0, "content_free")
+    assert (await run_local(row(schema_str=schema), ENV({"pay_content_free": True}), Says("[]")))["reward"] == 1.0
+    assert (await run_local(row(schema_str=schema), ENV(), Says('["Oslo"]')))["reward"] == 1.0
+    nothing_else = json.dumps({"type": "array", "maxItems": 0})
+    assert (await run_local(row(schema_str=nothing_else), ENV(), Says("[]")))["reward"] == 1.0
+
+
+async def test_formats_are_checked_only_when_configured_as_nemo_gym_does_not() -> None:
+    schema = json.dumps({"type": "object", "properties": {"email": {"type": "string", "format": "email"}}})
+    answer = Says('{"email": "not an email"}')
+    assert (await run_local(row(schema_str=schema), ENV(), answer))["reward"] == 1.0
+    checked = await run_local(row(schema_str=schema), ENV({"check_formats": True}), answer)
+    assert (checked["reward"], checked["error_path"]) == (0.0, "$.email")
 
 
 @pytest.mark.parametrize(

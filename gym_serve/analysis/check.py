@@ -6,8 +6,10 @@
 2. Its `data/example_rollouts.jsonl` (the replay recordings) parses, and every
    example row has a recorded right answer and a recorded wrong one (a lower reward).
 3. Its verifier scores non-answers 0 on every row (`gym_serve.verifiers.non_answer`:
-   an empty or blank reply, "I don't know", the row's own question echoed back, the
-   replay model's "no recording matches" reply), in this process, from a fresh `seed`.
+   an empty or blank reply, "I don't know", the row's own question echoed back (alone,
+   and followed by refusals), JSON with nothing in it (`{}`, `[]`, an object of null or
+   empty values keyed by the question's words), the replay model's "no recording
+   matches" reply), in this process, from a fresh `seed`.
 4. Every row runs end to end through real deployments: the environment's own
    Serve config (`deployments/<name>.yaml`, helper applications such as a judge
    included) is deployed twice, with the replay model playing the right answers

@@ -12,7 +12,8 @@ refuses, a verifier that raises or overruns its deadline) is a failure: it goes 
 `<out>_reverified_failures.jsonl` as a failure row with its kind, line and error,
 and the rest go on. The output is written beside its final name and moved into
 place only when complete, so an existing `_reverified.jsonl` is never emptied or
-cut short by a run that fails, nor replaced by a run that scored nothing.
+cut short by a run that fails, nor replaced by a run that scored nothing (which
+`gym-serve reverify` reports as an error: exit code 1).
 """
 
 from __future__ import annotations

@@ -1,80 +1,32 @@
 """In every isolation mode, code can neither signal nor outlive its caller, nor leave files, nor fill the disk.
 
-The caller is a real process: `verifiers/code.py` loaded on its own (it imports only the
-standard library) in a fresh interpreter, as root and as an unprivileged uid (`nobody`, where
-the code and its caller share a uid: the case the kernel's uid checks do not cover), in the
-`namespaces` mode and in the forced `fallback` mode.
+The caller is a real process (`tests.verifiers.callers`): `verifiers/code.py` loaded on its own in a
+fresh interpreter, as root and as an unprivileged uid (`nobody`, where the code and its caller share
+a uid: the case the kernel's uid checks do not cover), in the `namespaces` mode and in the forced
+`fallback` mode.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gym_serve.verifiers.code import SandboxLimits, run_python
+from tests.verifiers.callers import processes_with, start_caller
 
-CODE_PY = Path(__file__).resolve().parents[2] / "verifiers" / "code.py"
-NOBODY = 65534
 CALLERS = [("root", "namespaces"), ("root", "fallback"), ("nobody", "namespaces"), ("nobody", "fallback")]
 
-CALLER = r"""
-import asyncio, importlib.util, json, os, sys
-spec = importlib.util.spec_from_file_location("sandbox_code", sys.argv[1])
-code = sys.modules["sandbox_code"] = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(code)
-solution = sys.argv[3].replace("CALLER_PID", str(os.getpid()))
-print(json.dumps({"caller": os.getpid()}), flush=True)
-limits = code.SandboxLimits(cpu_s=5, wall_s=float(sys.argv[4]), memory_mb=256, max_processes=256)
-run = asyncio.run(code.run_python(solution, limits=limits, mode=sys.argv[2]))
-print(json.dumps({"exit_code": run.exit_code, "stdout": run.stdout, "stderr": run.stderr[-300:]}), flush=True)
-"""
 
-
-def start_caller(who: str, mode: str, solution: str, tmp: Path, wall_s: float = 8.0) -> subprocess.Popen[str]:
-    script = tmp / "caller.py"
-    script.write_text(CALLER)
-    if who == "root":
-        command = [sys.executable, str(script)]
-    else:
-        python = shutil.which("python3", path="/usr/bin:/bin")
-        assert python is not None
-        command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", python, str(script)]
-    env = {"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp), "LANG": "C.UTF-8"}
-    return subprocess.Popen(
-        [*command, str(CODE_PY), mode, solution, str(wall_s)], stdout=subprocess.PIPE, text=True, env=env
-    )
-
-
-@pytest.fixture
-def tmp() -> Iterator[Path]:
-    """A directory the unprivileged caller can use (pytest's own `tmp_path` is private to root)."""
-    path = Path(tempfile.mkdtemp(prefix="gs-isolation-"))
-    os.chmod(path, 0o777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def processes_with(tag: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if tag in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
+def start(who: str, mode: str, solution: str, tmp: Path, wall_s: float = 8.0) -> subprocess.Popen[str]:
+    limits = {"cpu_s": 5, "wall_s": wall_s, "memory_mb": 256, "max_processes": 256}
+    return start_caller(who, {"mode": mode, "solutions": {"it": solution}, "tests": None, "limits": limits}, tmp)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged uid needs root")
@@ -88,10 +40,10 @@ def test_code_cannot_signal_its_caller(who: str, mode: str, tmp: Path) -> None:
         "    except OSError as e:\n        results.append(type(e).__name__)\n"
         "print(results)\n"
     )
-    with start_caller(who, mode, attack, tmp) as caller:
+    with start(who, mode, attack, tmp) as caller:
         out, _ = caller.communicate(timeout=120)
     assert caller.returncode == 0, out  # the caller lived to report
-    result = json.loads(out.strip().splitlines()[-1])
+    result = json.loads(out.strip().splitlines()[-1])["it"]
     assert result["stdout"].strip() == str(["PermissionError"] * 4), result
 
 
@@ -109,7 +61,7 @@ def test_code_dies_with_its_caller_and_leaves_no_files(who: str, mode: str, tmp:
         "open('left-behind.txt', 'w').write('x' * 1000)\n"
         "time.sleep(60)\n"
     )
-    caller = start_caller(who, mode, lingerer, tmp, wall_s=60.0)
+    caller = start(who, mode, lingerer, tmp, wall_s=60.0)
     assert caller.stdout is not None
     json.loads(caller.stdout.readline())
     started = lambda: [pid for pid in processes_with(tag) if pid != caller.pid]  # noqa: E731
@@ -120,7 +72,7 @@ def test_code_dies_with_its_caller_and_leaves_no_files(who: str, mode: str, tmp:
     caller.send_signal(signal.SIGKILL)  # the caller dies without any chance to clean up
     caller.wait()
     caller.stdout.close()
-    leftovers = lambda: [p for p in tmp.rglob("*") if p.name != "caller.py"]  # noqa: E731
+    leftovers = lambda: [p for p in tmp.rglob("*") if not p.name.startswith("caller")]  # noqa: E731
     deadline = time.monotonic() + 20  # the sandbox cleans up after its caller's death: give a busy machine time
     while (processes_with(tag) or leftovers()) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -1,18 +1,42 @@
 """Red team: reward hacks a policy could learn against the code verifier. Every one must score 0.
 
 None of these solutions implements `add` correctly: each tries to get the reward another way
-(read the tests, forge the verdict, break the judge). They run in both isolation modes, in
-this process (`verify_asserts`) and through a real Serve replica of `code_generation`; a
-correct solution scores 1 everywhere, so a 0 is the attack failing, not the sandbox failing.
+(read the tests, forge the verdict, break the judge, get its code run by the trusted harness).
+They run in both isolation modes, in this process (`verify_asserts`, as root), in a caller of
+their own running as an unprivileged uid (`tests.verifiers.callers`), and through real Serve
+replicas of `code_generation` (this module's Ray cluster, and one running as `nobody`); a correct
+solution scores 1 everywhere, so a 0 is the attack failing, not the sandbox failing.
+
+Then the harness itself is assumed broken: a hostile harness stands in for the real one, and
+the walls around it must still hold (no host write, no network, no signal to the caller, no
+secret of the caller's, nothing left running), in both modes, for both callers and through Serve.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import time
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from gym_serve.verifiers.code import SandboxLimits, verify_asserts, verify_calls
+from gym_serve.verifiers import code
+from gym_serve.verifiers.code import SandboxError, SandboxLimits, verify_asserts, verify_calls
+from tests.verifiers.callers import WHO, call, processes_with
+from tests.verifiers.stdlib_side_effects import probe, side_effect_modules
 
 LIMITS = SandboxLimits(cpu_s=2, wall_s=4.0, memory_mb=256, output_bytes=64_000, max_processes=16)
 TESTS = [
@@ -179,6 +203,29 @@ def add(a, b):
     "stall_every_call": "import time\ndef add(a, b):\n    time.sleep(60)\n",
 }
 
+# ---- routes into the trusted harness: a name the solution defines, whose module the harness would import ----
+PLANT_A_FORGED_VERDICT = r"""
+import json, types
+forged = json.dumps({"tests": [["ok", ""]] * 5, "runs": [], "layers": []})
+with open("test_forged_verdict.py", "w") as f:  # what `unittest.__main__`'s discovery would import and run
+    f.write(f"import os\nos.write(1, {forged!r}.encode() + b'\\n')\nos._exit(0)\n")
+"""
+
+
+def naming(*modules: str) -> str:
+    """A solution whose names are modules of these names (made, not imported), beside a forged verdict."""
+    made = "".join(f"m{i} = types.ModuleType({name!r})\n" for i, name in enumerate(modules))
+    return PLANT_A_FORGED_VERDICT + made + "def add(a, b):\n    return -999\n"
+
+
+ATTACKS |= {
+    # `unittest.__main__` runs test discovery where it is imported: in the harness, the forged verdict ran (1.0)
+    "name_unittest_main": naming("unittest.__main__"),
+    # these raise SystemExit where they are imported: the harness died with no verdict (a masked failure, not a 0)
+    "name_venv_main": naming("venv.__main__"),
+    "name_lib2to3_main": naming("lib2to3.__main__"),
+}
+
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_correct_solution_scores_one(mode: str) -> None:
@@ -233,8 +280,10 @@ async def test_tests_that_need_the_solutions_objects_still_work(mode: str) -> No
 # ---- the same attacks through a real Serve replica, in both modes ----
 
 
-@pytest.mark.serve
-async def test_every_reward_hack_scores_zero_through_a_serve_replica(serve_instance: None) -> None:
+async def rewards_through_serve(solutions: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Each solution as a row of a real `code_generation` app, in each mode: its reward, or how its rollout failed.
+
+    Called by a driver of whichever Ray cluster runs (this test's, or one running as `nobody`)."""
     from ray import serve
 
     from gym_serve.deployments.app import build_app
@@ -257,30 +306,376 @@ async def test_every_reward_hack_scores_zero_through_a_serve_replica(serve_insta
 
     name = f"redteam-{uuid.uuid4().hex[:8]}"
     serve.run(Echo.bind(), name=name + "-model", route_prefix=None)
-    solutions = {"correct": CORRECT, **ATTACKS}
+    results = {}
     for mode in MODES:
+        config = {"cpu_s": 2, "wall_s": 4, "memory_mb": 256, "isolation": mode}
+        deployment = {"num_replicas": 1, "ray_actor_options": {"num_cpus": 0}}
         args = AppArgs.model_validate(
             {
-                "environment": {
-                    "name": "code_generation",
-                    "config": {"cpu_s": 2, "wall_s": 4, "memory_mb": 256, "isolation": mode},
-                    "deployment": {"num_replicas": 1, "ray_actor_options": {"num_cpus": 0}},
-                },
+                "environment": {"name": "code_generation", "config": config, "deployment": deployment},
                 "model": {"kind": "app", "app": name + "-model"},
             }
         )
         handle = serve.run(build_app(args), name=f"{name}-{mode}", route_prefix=None)
-        rows = {
-            kind: {
+        rows = [
+            {
                 "responses_create_params": {"input": [{"role": "user", "content": f"```python\n{code}```"}]},
                 "tests": TESTS,
                 "_ng_task_index": i,
                 "_ng_rollout_index": 0,
             }
-            for i, (kind, code) in enumerate(solutions.items())
+            for i, code in enumerate(solutions.values())
+        ]
+        outcomes = await asyncio.gather(*(handle.run.remote(row) for row in rows), return_exceptions=True)
+        results[mode] = {
+            kind: outcome["reward"] if isinstance(outcome, dict) else f"failed: {type(outcome).__name__}"
+            for kind, outcome in zip(solutions, outcomes, strict=True)
         }
-        responses = {kind: handle.run.remote(row) for kind, row in rows.items()}
-        rewards = {kind: (await response)["reward"] for kind, response in responses.items()}
-        assert rewards == {"correct": 1.0, **dict.fromkeys(ATTACKS, 0.0)}, (mode, rewards)
         serve.delete(f"{name}-{mode}")
     serve.delete(name + "-model")
+    return results
+
+
+async def hostile_harness_through_serve(harness: str, secret: str) -> dict[str, dict[str, Any]]:
+    """The hostile harness in a Serve replica's code verifier, the secret in the replica's environment, each mode:
+    its verdict's details, and the replica's pid before and after (it must live)."""
+    from ray import serve
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": {"GS_HOSTILE_SECRET": secret}}})
+    class HostileHarnessVerifier:
+        """A replica whose code verifier starts the hostile harness in place of the real one."""
+
+        def __init__(self, harness: str) -> None:
+            real = code._source
+            harness = harness.replace("CALLER_PID", str(os.getpid()))
+            code._source = lambda name: harness if name == "_sandbox_harness.py" else real(name)  # type: ignore
+
+        async def verify(self, mode: str) -> dict[str, Any]:
+            result = await code.verify_asserts(CORRECT, TESTS, limits=LIMITS, mode=mode)
+            return {"reward": result.reward, "details": result.details, "pid": os.getpid()}
+
+    name = f"hostile-{uuid.uuid4().hex[:8]}"
+    handle = serve.run(HostileHarnessVerifier.bind(harness), name=name, route_prefix=None)
+    results = {}
+    for mode in MODES:
+        result = await asyncio.wait_for(handle.verify.remote(mode), 120)
+        again = await asyncio.wait_for(handle.verify.remote(mode), 120)  # the same replica answers again
+        results[mode] = {**result, "pid_after": again["pid"]}
+    serve.delete(name)
+    return results
+
+
+def assert_served(rewards: dict[str, dict[str, Any]], solutions: dict[str, str]) -> None:
+    expected = {"correct": 1.0, **dict.fromkeys(set(solutions) - {"correct"}, 0.0)}
+    assert rewards == dict.fromkeys(MODES, expected), rewards
+
+
+@pytest.mark.serve
+async def test_every_reward_hack_scores_zero_through_a_serve_replica(serve_instance: None) -> None:
+    solutions = {"correct": CORRECT, **ATTACKS, "name_every_module_with_import_side_effects": every_side_effect()}
+    assert_served(await rewards_through_serve(solutions), solutions)
+
+
+# ---- every standard-library module with import-time side effects, named by the solution ----
+
+
+def every_side_effect() -> str:
+    """One solution naming every module of the generated list (the harness would import them in this order)."""
+    return naming(*side_effect_modules())
+
+
+def test_the_generated_list_holds_every_route_and_the_harness_list_none() -> None:
+    """The probe finds what it must (the routes, every `__main__`); no module the tests may get is on it."""
+    found, listed = probe(), set(side_effect_modules())
+    assert {"unittest.__main__", "venv.__main__", "this", "antigravity"} <= listed, listed
+    assert {name for name in found if name.endswith(".__main__")} <= listed
+    harness = load_harness()
+    assert not harness.TEST_MODULES & listed
+    assert harness.TEST_MODULES - found.keys() <= {"os.path"}  # an alias of posixpath, which is probed
+    assert {name: found[name] for name in harness.TEST_MODULES & found.keys() if found[name]} == {}
+
+
+def test_the_harness_imports_no_module_the_solution_names() -> None:
+    """Each module of the list, named by the solution, reaches the tests as the solution's handle, never imported."""
+    script = textwrap.dedent(
+        """
+        import importlib.util, json, sys
+        spec = importlib.util.spec_from_file_location("harness_under_test", sys.argv[1])
+        harness = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(harness)
+        names = json.loads(sys.stdin.read())
+        before = set(sys.modules)
+        given = [harness.for_tests({"module": name, "value": {"$h": 7}}, lambda value: ("handle", value))
+                 for name in names]
+        print(json.dumps({"imported": sorted(set(sys.modules) - before), "all_handles": all(
+            g == ("handle", {"$h": 7}) for g in given)}))
+        """
+    )
+    names = side_effect_modules()
+    done = subprocess.run(
+        [code._python(), "-I", "-B", "-c", script, str(HARNESS)],
+        input=json.dumps(names), capture_output=True, text=True, check=True, cwd="/",
+    )  # fmt: skip
+    assert json.loads(done.stdout) == {"imported": [], "all_handles": True}, done.stdout
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_naming_every_module_with_import_side_effects_scores_zero(mode: str) -> None:
+    result = await verify_asserts(every_side_effect(), TESTS, limits=LIMITS, mode=mode)
+    assert (result.reward, result.passed) == (0.0, 0), result.details
+    assert all(d.startswith(f"test {i}: AssertionError") for i, d in enumerate(result.details)), result.details
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged uid needs root")
+@pytest.mark.parametrize("mode", MODES)
+def test_the_routes_into_the_harness_score_zero_for_an_unprivileged_caller(mode: str, tmp: Path) -> None:
+    routes = {name: ATTACKS[name] for name in ("name_unittest_main", "name_venv_main", "name_lib2to3_main")}
+    solutions = {"correct": CORRECT, **routes, "name_every_module_with_import_side_effects": every_side_effect()}
+    limits = {"cpu_s": 2, "wall_s": 4.0, "memory_mb": 256, "output_bytes": 64_000, "max_processes": 16}
+    results = call("nobody", {"mode": mode, "solutions": solutions, "tests": TESTS, "limits": limits}, tmp)
+    rewards = {name: (r.get("reward"), r.get("passed"), r.get("error")) for name, r in results.items()}
+    assert rewards == {"correct": (1.0, 5, None), **dict.fromkeys(set(solutions) - {"correct"}, (0.0, 0, None))}
+
+
+# ---- the harness runs hostile code: the walls around it must hold anyway ----
+
+HOSTILE = r"""
+import ctypes, json, os, signal, socket
+report = {}
+
+
+def attempt(what, action):
+    try:
+        outcome = action()
+        report[what] = "done" + ("" if outcome is None else f": {str(outcome)[:300]}")
+    except BaseException as e:
+        report[what] = f"{type(e).__name__}: {e}"[:300]
+
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def checked(rc):
+    if rc != 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+
+
+def write(path):
+    with open(path, "w") as f:
+        f.write("a hostile harness wrote this")
+
+
+def secret_in(path):
+    with open(path, "rb") as f:
+        return [v for v in f.read().split(b"\0") if v.startswith(b"GS_HOSTILE_SECRET=")][0].decode()
+
+
+def connect_abstract():
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect("\0ABSTRACT")
+
+
+def outlive():
+    if os.fork() == 0:
+        for leave in (os.setsid, lambda: os.setpgid(0, 0)):
+            try:
+                leave()
+                break
+            except OSError:
+                pass
+        os.execvp("sleep", ["sleep", "LINGER"])
+    return "forked"
+
+
+attempt("unmount /tmp", lambda: checked(libc.umount2(b"/tmp", 2)))
+attempt("remount / writable", lambda: checked(libc.mount(None, b"/", None, 32 | 4096, None)))
+for path in HOST_FILES:
+    attempt(f"write {path}", lambda: write(path))
+attempt("connect over TCP", lambda: socket.create_connection(("127.0.0.1", PORT), timeout=2).close())
+attempt("connect to an abstract UNIX socket", connect_abstract)
+attempt("read the caller's secret", lambda: secret_in("/proc/CALLER_PID/environ"))
+attempt("kill the caller", lambda: os.kill(CALLER_PID, signal.SIGKILL))
+attempt("kill the caller's group", lambda: os.killpg(os.getpgid(CALLER_PID), signal.SIGKILL))
+attempt("start a process that outlives the sandbox", outlive)
+return {"tests": [["fail", json.dumps(report)]] * len(self.spec["tests"])}
+"""
+HARNESS = Path(code.__file__).with_name("_sandbox_harness.py")
+ANCHOR = "    def run_asserts(self):\n"
+
+
+class Outside:
+    """What a hostile harness reaches for, set up outside the sandbox: files it must not write, listeners it
+    must not reach, a secret it must not read, a tag its leftover process would carry."""
+
+    def __init__(self, tmp: Path) -> None:
+        tag = uuid.uuid4().hex[:8]
+        self.files = [tmp / f"hostile-{tag}", Path("/var/tmp") / f"gs-hostile-{tag}", Path(f"/tmp/gs-hostile-{tag}")]
+        self.tcp = socket.create_server(("127.0.0.1", 0))
+        self.unix = socket.socket(socket.AF_UNIX)
+        self.unix.bind(f"\0gs-hostile-{tag}")
+        self.unix.listen()
+        for listener in (self.tcp, self.unix):
+            listener.setblocking(False)
+        self.secret = f"sk-{uuid.uuid4().hex}"
+        self.linger = f"{60 + int(tag[:4], 16) % 1000}.{int(tag[4:], 16) % 997}"
+        payload = (
+            HOSTILE.replace("HOST_FILES", repr([str(f) for f in self.files]))
+            .replace("PORT", str(self.tcp.getsockname()[1]))
+            .replace("ABSTRACT", f"gs-hostile-{tag}")
+            .replace("LINGER", self.linger)
+        )
+        source = HARNESS.read_text()
+        assert source.count(ANCHOR) == 1
+        self.harness = source.replace(ANCHOR, ANCHOR + textwrap.indent(payload, " " * 8))
+
+    def assert_walls_held(self, details: list[str], mode: str) -> None:
+        assert len(details) == len(TESTS)
+        report = json.loads(details[0].split(": ", 1)[1])
+        assert len(report) == 8 + len(self.files) and self.secret not in json.dumps(report), report
+        may = {"start a process that outlives the sandbox"}  # it may start one: it must not outlive (below)
+        may |= {f"write {self.files[2]}"} if mode == "namespaces" else set()  # /tmp is the namespace's own tmpfs
+        assert {what for what, outcome in report.items() if outcome.startswith("done")} <= may, report
+        assert [f for f in self.files if f.exists()] == [], "no host file written"
+        for listener in (self.tcp, self.unix):
+            with pytest.raises(BlockingIOError):
+                listener.accept()
+        deadline = time.monotonic() + 10
+        while processes_with(self.linger) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert processes_with(self.linger) == [], "nothing it started outlives the sandbox"
+
+    def close(self) -> None:
+        self.tcp.close()
+        self.unix.close()
+        for f in self.files:
+            f.unlink(missing_ok=True)
+
+
+def load_harness() -> Any:
+    """The harness's module, loaded without running it (its `main` runs only as `__main__`)."""
+    spec = importlib.util.spec_from_file_location("harness_module", HARNESS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged uid needs root")
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("who", WHO)
+def test_a_hostile_harness_still_reaches_nothing_outside(who: str, mode: str, tmp: Path) -> None:
+    outside = Outside(tmp)
+    try:
+        limits = {"cpu_s": 2, "wall_s": 4.0, "memory_mb": 256}
+        job = {"mode": mode, "solutions": {"it": CORRECT}, "tests": TESTS, "limits": limits}
+        job |= {"harness": outside.harness, "env": {"GS_HOSTILE_SECRET": outside.secret}}
+        results = call(who, job, tmp)
+        assert results["it"].get("reward") == 0.0, results
+        assert {"seccomp", "no_new_privs"} <= set(results["it"]["harness_layers"])
+        outside.assert_walls_held(results["it"]["details"], mode)  # and `call` saw the caller live to report
+    finally:
+        outside.close()
+
+
+def swap_harness(monkeypatch: pytest.MonkeyPatch, first_lines_of_run_asserts: str) -> None:
+    """The harness, with these lines first in `run_asserts`, in place of the real one (in this process)."""
+    real = code._source
+    harness = HARNESS.read_text().replace(ANCHOR, ANCHOR + textwrap.indent(first_lines_of_run_asserts, " " * 8))
+    monkeypatch.setattr(code, "_source", lambda name: harness if name == HARNESS.name else real(name))
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_verdict_that_does_not_cover_the_tests_sent_is_no_verdict(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    swap_harness(monkeypatch, 'return {"tests": [["ok", ""]] * (len(self.spec["tests"]) + 1)}\n')
+    with pytest.raises(SandboxError, match="6 for the 5 sent"):
+        await verify_asserts(CORRECT, TESTS, limits=LIMITS, mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_harness_that_dies_early_scores_zero_not_a_masked_failure(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    swap_harness(monkeypatch, "raise SystemExit(2)\n")
+    result = await verify_asserts(CORRECT, TESTS, limits=LIMITS, mode=mode)
+    assert (result.reward, result.passed) == (0.0, 0) and "harness error: SystemExit: 2" in result.details[0]
+
+
+@pytest.mark.serve
+async def test_a_hostile_harness_in_a_serve_replica_still_reaches_nothing_outside(
+    serve_instance: None, tmp: Path
+) -> None:
+    outside = Outside(tmp)
+    try:
+        for mode, result in (await hostile_harness_through_serve(outside.harness, outside.secret)).items():
+            assert result["pid_after"] == result["pid"] and result["reward"] == 0.0, (mode, result)
+            outside.assert_walls_held(result["details"], mode)
+    finally:
+        outside.close()
+
+
+NOBODY_DRIVER = r"""
+import asyncio, json, sys
+import ray
+from ray import serve
+from tests.verifiers import test_code_red_team as red
+
+with open(sys.argv[1]) as f:
+    job = json.load(f)
+ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, _temp_dir=job["ray_dir"])
+serve.start(proxy_location="Disabled")
+
+
+async def main():
+    rewards = await red.rewards_through_serve(job["solutions"])
+    return {"rewards": rewards, "hostile": await red.hostile_harness_through_serve(job["harness"], job["secret"])}
+
+
+try:
+    with open(job["out"], "w") as f:
+        json.dump(asyncio.run(main()), f)
+finally:
+    serve.shutdown()
+    ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged uid needs root")
+def test_through_serve_replicas_of_a_ray_cluster_running_as_nobody(tmp: Path) -> None:
+    """The routes, every module with import-time side effects, and the hostile harness, where the replica (the
+    caller) is unprivileged and shares its uid with the fallback's sandbox: a Ray cluster of its own, as `nobody`."""
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    assert python is not None
+    same = subprocess.run([python, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True)
+    assert same.stdout.strip() == str(sys.version_info[:2]), "nobody runs this venv's packages with the system Python"
+    outside = Outside(tmp)
+    routes = {name: ATTACKS[name] for name in ("name_unittest_main", "name_venv_main", "name_lib2to3_main")}
+    solutions = {"correct": CORRECT, **routes, "name_every_module_with_import_side_effects": every_side_effect()}
+    job = tmp / "nobody-job.json"
+    job.write_text(
+        json.dumps(
+            {"ray_dir": str(tmp / "ray"), "out": str(tmp / "nobody-out.json"), "solutions": solutions}
+            | {"harness": outside.harness, "secret": outside.secret}
+        )
+    )
+    site = tmp / "site"  # every process of that cluster, Ray's workers too, reads this venv's packages (.pth too)
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    paths = [str(site), str(Path(__file__).resolve().parents[2])]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp), "LANG": "C.UTF-8", "PYTHONPATH": ":".join(paths)}
+    command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", NOBODY_DRIVER, str(job)]
+    try:
+        done = subprocess.run(command, env=env, cwd=tmp, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        results = json.loads((tmp / "nobody-out.json").read_text())
+        assert_served(results["rewards"], solutions)
+        for mode, result in results["hostile"].items():
+            assert result["pid_after"] == result["pid"] and result["reward"] == 0.0, (mode, result)
+            outside.assert_walls_held(result["details"], mode)
+    finally:
+        outside.close()
+        for pid in processes_with(str(tmp)):  # the cluster it started, if it did not stop
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

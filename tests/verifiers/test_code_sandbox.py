@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from gym_serve.verifiers.code import ISOLATION_ENV, SandboxLimits, isolation, run_python, verify_asserts, verify_stdio
+from tests.verifiers.callers import processes_with
 
 LIMITS = SandboxLimits(cpu_s=2, wall_s=4.0, memory_mb=256, output_bytes=64_000, max_processes=16)
 ADD = "\ndef add(a, b):\n    return a + b\n"
@@ -34,19 +35,6 @@ def mode(request: pytest.FixtureRequest) -> str:
 async def score(code: str, mode: str) -> tuple[float, float]:
     result = await verify_asserts(code, TESTS, limits=LIMITS, mode=mode)
     return result.reward, time.perf_counter()
-
-
-def alive_with(tag: str) -> list[int]:
-    """PIDs whose command line mentions `tag` (a unique marker each attack puts there)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if tag in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
 
 
 async def test_correct_solutions_pass_and_wrong_ones_fail(mode: str) -> None:
@@ -154,7 +142,7 @@ async def test_spawned_processes_die_with_the_sandbox_and_cannot_escape_it(mode:
     )
     assert (await score(ADD + spawn, mode))[0] == 0.0
     await asyncio.sleep(0.3)
-    assert alive_with(tag) == []
+    assert processes_with(tag) == []
     assert not Path("/tmp/gs-sandbox-escape").exists()
 
 
@@ -278,7 +266,7 @@ async def test_a_serve_replica_contains_hostile_code_and_keeps_serving(serve_ins
     assert rewards == dict.fromkeys(HOSTILE, 0.0)
     assert elapsed < 30  # each attack ended within its limits (2 s CPU, 4 s wall), two sandboxes at a time
     assert max(latencies) < 1.0, latencies  # the replica's event loop kept answering during the attacks
-    assert not Path("/var/tmp/gs-serve-escape").exists() and alive_with("4242.5") == []
+    assert not Path("/var/tmp/gs-serve-escape").exists() and processes_with("4242.5") == []
     # ...and the same replica still scores correct code right.
     after = await asyncio.gather(*(handle.run.remote(code_row("", 100 + i)) for i in range(4)))
     assert [r["reward"] for r in after] == [1.0] * 4

@@ -10,6 +10,7 @@ import pytest
 from gym_serve.verifiers.json_schema import (
     InvalidSchemaError,
     JsonParseError,
+    admits_content,
     extract_json,
     load_schema,
     strictify,
@@ -116,14 +117,50 @@ def test_the_schema_may_be_json_text_as_in_nemo_gym_rows() -> None:
     assert verify_json('{"name": "Ada", "age": 1.5}', json.dumps(PERSON)).error_path == "$.age"
 
 
-def test_formats_with_a_checker_are_checked() -> None:
+def test_formats_are_annotations_as_in_nemo_gym_and_checked_on_request() -> None:
+    """NeMo Gym 0.7.0's validator checks no `format`, and its own rows use them: so by default neither do we."""
     schema = {
         "type": "object",
         "properties": {"email": {"type": "string", "format": "email"}, "day": {"type": "string", "format": "date"}},
     }
-    assert verify_json('{"email": "a@example.com", "day": "2024-02-29"}', schema).reward == 1.0
-    assert verify_json('{"email": "not an email"}', schema).error_path == "$.email"
-    assert verify_json('{"day": "2023-02-30"}', schema).error_path == "$.day"
+    for answer in (
+        '{"email": "a@example.com", "day": "2024-02-29"}',
+        '{"email": "not an email"}',
+        '{"day": "2023-02-30"}',
+    ):
+        assert verify_json(answer, schema).reward == 1.0, answer
+    assert verify_json('{"email": "a@example.com", "day": "2024-02-29"}', schema, check_formats=True).reward == 1.0
+    assert verify_json('{"email": "not an email"}', schema, check_formats=True).error_path == "$.email"
+    assert verify_json('{"day": "2023-02-30"}', schema, check_formats=True).error_path == "$.day"
+
+
+@pytest.mark.parametrize(
+    ("answer", "schema"),
+    [
+        ("[]", {"type": "array", "items": {"type": "string"}}),
+        ('{"name": "", "tags": []}', {"type": "object", "properties": {"name": {"type": "string"}, "tags": {}}}),
+        ('{"name": null, "nested": {"a": "  "}}', {"type": "object"}),
+        ("{}", {"type": "object", "properties": {"name": {"type": "string"}}}),
+    ],
+)
+def test_a_content_free_answer_scores_zero_where_the_schema_has_room_for_content(answer: str, schema: dict) -> None:
+    result = verify_json(answer, schema)
+    assert (result.reward, result.error_type) == (0.0, "content_free")
+    assert verify_json(answer, schema, pay_content_free=True).reward == 1.0  # NeMo Gym's: validity only
+
+
+def test_a_content_free_answer_is_right_where_the_schema_admits_nothing_else() -> None:
+    for answer, schema in [
+        ("null", {"type": "null"}),
+        ("[]", {"type": "array", "maxItems": 0}),
+        ('""', {"const": ""}),
+        ("[]", {"enum": [None, []]}),
+    ]:
+        assert not admits_content(schema), schema
+        assert verify_json(answer, schema).reward == 1.0, schema
+    for schema in ({"type": "integer"}, {"enum": [None, "x"]}, {"anyOf": [{"type": "null"}, {"type": "string"}]}, {}):
+        assert admits_content(schema), schema
+    assert verify_json('{"count": 0, "open": false}', {"type": "object"}).reward == 1.0  # 0 and false are content
 
 
 def test_strict_mode_requires_every_property_and_forbids_others_like_nemo_gym() -> None:

@@ -6,6 +6,9 @@ NeMo Gym's own verdicts on the same kinds of answers are held in `tests/test_nem
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -55,6 +58,35 @@ async def test_an_overrunning_check_times_out_unscored_and_the_next_call_works()
     assert overrun.timed_out and overrun.extracted_answer == "2"
     assert (await verify_math("\\boxed{2}", "2")).reward == 1.0, "a fresh worker replaced the killed one"
     assert time.monotonic() - started < 30
+
+
+async def test_a_check_its_caller_gave_up_on_does_not_hold_up_the_next() -> None:
+    """The caller's own deadline (the runner's, `verify_timeout_s` + 1 s) can come first: the worker is reset."""
+    hostile = "\\boxed{" + "9" * 2000 + "^" + "9" * 2000 + "^" + "9" * 2000 + "}"  # minutes of math-verify
+    assert (await verify_math("\\boxed{1}", "1")).reward == 1.0  # a warm worker: the hostile check starts at once
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(verify_math(hostile, "1", timeout_s=600.0), 1.0)
+    started = time.monotonic()
+    result = await asyncio.wait_for(verify_math("\\boxed{2}", "2", timeout_s=5.0), 60)
+    assert (result.reward, result.timed_out) == (1.0, False)
+    assert time.monotonic() - started < 20, "the abandoned check was killed, not waited for"
+
+
+def test_the_workers_start_up_is_outside_every_deadline() -> None:
+    """In a fresh process, the first check passes a deadline far below the worker's start-up (seconds)."""
+    script = (
+        "import asyncio, json\n"
+        "from gym_serve import EnvRunner\n"
+        "from gym_serve.environment.registry import load_environment_class\n"
+        "runner = EnvRunner(load_environment_class('math')(verify_timeout_s=0.3))\n"
+        "row = {'responses_create_params': {'input': 'q'}, 'expected_answer': '\\\\frac{1}{2}'}\n"
+        "answer = {'output': [{'type': 'message', 'role': 'assistant',\n"
+        "    'content': [{'type': 'output_text', 'text': 'So \\\\boxed{0.5}'}]}]}\n"
+        "print(json.dumps(asyncio.run(runner.verify(row, answer, None))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1])["reward"] == 1.0
 
 
 async def test_the_deadline_times_the_check_not_its_wait_in_the_queue() -> None:
