@@ -138,8 +138,10 @@ class Environment:
 
     @classmethod
     def name(cls) -> str:
-        """The environment's registered name: its package under `envs/`."""
-        return cls.__module__.split(".")[2] if cls.__module__.startswith("gym_serve.envs.") else cls.__name__
+        """The name the registry knows the environment by (`gym_serve.environment.registry.registered_name`)."""
+        from gym_serve.environment.registry import registered_name
+
+        return registered_name(cls)
 
     @classmethod
     def data_dir(cls) -> Path:
