@@ -13,7 +13,6 @@ Three kinds of names:
 from __future__ import annotations
 
 import difflib
-import functools
 import importlib
 import inspect
 import pkgutil
@@ -55,12 +54,20 @@ def _builtin() -> list[str]:
     return sorted(info.name for info in pkgutil.iter_modules(package.__path__) if info.ispkg)
 
 
-@functools.cache
 def registered_name(cls: type[Environment]) -> str:
     """The name `cls` is registered under: its built-in package's, or its entry point's.
 
     A class the registry does not name (one loaded by import path, or a test's) goes by its class name.
     """
+    if cls not in _names:
+        _names[cls] = _name_of(cls)
+    return _names[cls]
+
+
+_names: dict[type[Environment], str] = {}
+
+
+def _name_of(cls: type[Environment]) -> str:
     package, _, rest = cls.__module__.partition(f"{BUILTIN_PACKAGE}.")
     if not package and rest.partition(".")[0] in _builtin():
         return rest.partition(".")[0]
