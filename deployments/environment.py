@@ -4,7 +4,7 @@ The environment is one of gym-serve's (`EnvRunner`: per-rollout state travels
 with each call, any replica serves any call) or a hosted NeMo Gym server
 (`NemoGymServer`: a rollout's state stays in the replica that seeded it; the
 replica stamps its id on the rollout's state, and the Agent routes the
-rollout's later calls to it, `gym_serve.serving.routing`).
+rollout's later calls to it, `gym_serve.calls.routing`).
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from ray import serve
 
+from gym_serve.calls.autoscaling import Load
+from gym_serve.calls.batching import stream_batch
+from gym_serve.calls.routing import REPLICA_KEY
 from gym_serve.environment import nemo_gym
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.environment.runner import EnvInfo, EnvRunner
-from gym_serve.serving.autoscaling import Load
-from gym_serve.serving.batching import stream_batch
 from gym_serve.serving.config import EnvironmentArgs, NemoGymEnvironmentArgs
-from gym_serve.serving.routing import REPLICA_KEY
 
 if TYPE_CHECKING:
     from gym_serve.environment.nemo_gym.host import NemoGymServer
@@ -76,7 +76,7 @@ class EnvironmentDeployment:
         return self.runner.describe()
 
     async def batch(self, method: str, calls: list[tuple[Any, ...]]) -> AsyncIterator[list[tuple[int, Any]]]:
-        """Many calls of one method in one streaming request (`gym_serve.serving.batching`): a slow call holds up no
+        """Many calls of one method in one streaming request (`gym_serve.calls.batching`): a slow call holds up no
         other."""
         if method not in self._methods:
             raise ValueError(f"`{method}` cannot be batched; batchable: {', '.join(_METHODS)}")

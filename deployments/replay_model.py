@@ -12,13 +12,13 @@ from typing import Any
 
 from ray import serve
 
+from gym_serve.calls.autoscaling import Load
+from gym_serve.calls.batching import BatchedResponses
 from gym_serve.environment import nemo_gym
 from gym_serve.environment.registry import load_environment_class
+from gym_serve.models.synthetic import Capacity
 from gym_serve.rollout.replay import ReplayModel
-from gym_serve.serving.autoscaling import Load
-from gym_serve.serving.batching import BatchedResponses
 from gym_serve.serving.config import ReplayModelArgs, SyntheticModelArgs
-from gym_serve.testing.synthetic import Capacity
 
 DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 4096, "ray_actor_options": {"num_cpus": 0}}
 

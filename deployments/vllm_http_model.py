@@ -32,11 +32,11 @@ from typing import Any
 from pydantic import BaseModel
 from ray import serve
 
+from gym_serve.calls.autoscaling import Load
+from gym_serve.calls.batching import BatchedResponses
 from gym_serve.errors import ConfigError, ModelError
-from gym_serve.serving.autoscaling import Load
-from gym_serve.serving.batching import BatchedResponses
+from gym_serve.models.http_endpoint import HTTPEndpoint
 from gym_serve.serving.config import VLLMHTTPModelArgs
-from gym_serve.serving.http_endpoint import HTTPEndpoint
 from gym_serve.wire.chat_template import ChatTokenizer
 from gym_serve.wire.hermes import forced_tool_call_regex, parse_output
 from gym_serve.wire.tokens import POLICY_VERSION, POLICY_VERSION_SPANS, token_response

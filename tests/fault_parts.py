@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from ray import serve
 
 from gym_serve import Environment, Task, tool
-from gym_serve.serving.batching import BatchedResponses
+from gym_serve.calls.batching import BatchedResponses
 
 
 class SlowConfig(BaseModel):

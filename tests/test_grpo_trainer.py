@@ -26,9 +26,9 @@ from examples.grpo_trainer import StepLog, build_sequence, main  # noqa: E402
 from gym_serve.client import GymClient  # noqa: E402
 from gym_serve.deployments.app import build_app  # noqa: E402
 from gym_serve.deployments.ingress.api import build_ingress  # noqa: E402
+from gym_serve.models.tiny_model import make_tiny_model  # noqa: E402
 from gym_serve.serving.config import AppArgs  # noqa: E402
 from gym_serve.testing.fixtures import example_rows
-from gym_serve.testing.tiny_model import make_tiny_model  # noqa: E402
 from gym_serve.wire.tokens import token_calls  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.serve, pytest.mark.timeout(400)]

@@ -29,9 +29,9 @@ from gym_serve.client import GymClient, GymClientError  # noqa: E402
 from gym_serve.deployments.app import build_app  # noqa: E402
 from gym_serve.deployments.ingress.api import build_ingress  # noqa: E402
 from gym_serve.errors import InvalidWeights  # noqa: E402
+from gym_serve.models.tiny_model import make_tiny_model  # noqa: E402
+from gym_serve.models.weights import PolicyWeights  # noqa: E402
 from gym_serve.serving.config import AppArgs  # noqa: E402
-from gym_serve.serving.weights import PolicyWeights  # noqa: E402
-from gym_serve.testing.tiny_model import make_tiny_model  # noqa: E402
 from gym_serve.wire.tokens import token_calls  # noqa: E402
 from tests.parked_env import gate  # noqa: E402
 

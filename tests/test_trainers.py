@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gym_serve.models.tiny_model import make_tiny_model
 from gym_serve.rollout.local import run_local
 from gym_serve.rollout.replay import ReplayModel
 from gym_serve.testing.fixtures import example_rows
-from gym_serve.testing.tiny_model import make_tiny_model
 from gym_serve.trainers.nemo_rl import GymServeRolloutCollection
 from gym_serve.trainers.sequence import (
     MissingTokenIds,

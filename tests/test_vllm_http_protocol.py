@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gym_serve.calls.batching import BatchedResponses
 from gym_serve.deployments.vllm_http_model import (
     VLLMHTTPModelDeployment,
     _version_fields,
@@ -17,7 +18,6 @@ from gym_serve.deployments.vllm_http_model import (
     read_completion,
 )
 from gym_serve.errors import FailureKind, ModelError, failure_kind
-from gym_serve.serving.batching import BatchedResponses
 from gym_serve.wire.chat_template import ChatTokenizer
 from gym_serve.wire.tokens import check_contiguity, token_response
 
@@ -92,7 +92,7 @@ def test_an_answer_that_cannot_be_trusted_is_a_model_error(choice: dict[str, Any
 def chat(tmp_path_factory: pytest.TempPathFactory) -> ChatTokenizer:
     from transformers import AutoTokenizer
 
-    from gym_serve.testing.tiny_model import make_tiny_model
+    from gym_serve.models.tiny_model import make_tiny_model
 
     return ChatTokenizer(AutoTokenizer.from_pretrained(make_tiny_model(tmp_path_factory.mktemp("tiny") / "m")))
 

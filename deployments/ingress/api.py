@@ -8,7 +8,7 @@
   model gives them, stay on the items as extra fields).
 - `GET /v1/environments`, `GET /healthz`, `GET /metrics` (Prometheus text, see `.prometheus` beside this module).
 - `POST /v1/weights` (`{"version": N, "checkpoint": "/folder/of/safetensors"}`): new weights into every replica of
-  the Model tier (`gym_serve.serving.weights`); `GET /v1/weights`: the policy's version and each replica's.
+  the Model tier (`gym_serve.models.weights`); `GET /v1/weights`: the policy's version and each replica's.
 
 Optional bearer-token auth: everything but `/healthz` needs the token. Its
 value is never in the config, only the name of its variable (`token_env`): a
@@ -31,7 +31,7 @@ with `flag_stale` returned marked (`gym_serve.collect.staleness`).
 Cancellation: when the client of `/v1/rollouts` goes away, Serve's proxy
 cancels the request, the batch's unfinished rollouts are cancelled, their
 in-flight slots come back at once, and the cancellation travels down the
-handle calls (`gym_serve.serving.batching`) so the agent, model and environment
+handle calls (`gym_serve.calls.batching`) so the agent, model and environment
 replicas stop working on them.
 
 Idempotency: a `/v1/rollouts` request with an `idempotency_key` that repeats
@@ -57,15 +57,16 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from ray import serve
 from starlette.types import Receive, Scope, Send
 
+from gym_serve.calls.batching import MicroBatcher
+from gym_serve.calls.handles import agent_batcher
 from gym_serve.collect.attempts import RetryPolicy, run_attempts
 from gym_serve.collect.staleness import Staleness
 from gym_serve.collect.task_index import TaskIndex
 from gym_serve.deployments.ingress.idempotency import IdempotencyCache, IdempotencyConflict, IdempotencyMismatch
 from gym_serve.deployments.ingress.prometheus import RolloutMetrics
 from gym_serve.errors import ConfigError, FailureKind, InvalidWeights, VersionNotNewer, WeightsError, failure_kind
+from gym_serve.models.weights import PolicyWeights
 from gym_serve.serving import secrets
-from gym_serve.serving.batching import MicroBatcher, agent_batcher
-from gym_serve.serving.weights import PolicyWeights
 from gym_serve.wire.chat import chat_request_to_responses, responses_response_to_chat
 from gym_serve.wire.responses import row_problems
 

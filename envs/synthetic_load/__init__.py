@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gym_serve import Response, Task, tool
 from gym_serve.envs.example_single_tool_call import Weather
-from gym_serve.testing.synthetic import Capacity, Latency, burn_cpu
+from gym_serve.models.synthetic import Capacity, Latency, burn_cpu
 
 
 class SyntheticLoadConfig(BaseModel):

@@ -1,7 +1,7 @@
 """Autoscaling the batched tiers on the work they hold, not on Serve's request count.
 
 The Agent, Environment and Model tiers take their calls in
-micro-batches (`gym_serve.serving.batching`): one Serve request may carry 64 calls.
+micro-batches (`gym_serve.calls.batching`): one Serve request may carry 64 calls.
 Serve's default policy scales on ongoing *requests*, so it would see one
 where a replica is working on 64 and never scale. Instead each of these
 replicas counts the calls it is working on (`Load`), reports the count as
@@ -34,7 +34,7 @@ __all__ = ["BATCHED_TIER_AUTOSCALING", "METRIC", "Load", "calls_in_flight_policy
 
 METRIC = "calls_in_flight"
 BATCHED_TIER_AUTOSCALING: dict[str, Any] = {
-    "policy": {"policy_function": "gym_serve.serving.autoscaling:calls_in_flight_policy"},
+    "policy": {"policy_function": "gym_serve.calls.autoscaling:calls_in_flight_policy"},
     "metrics_interval_s": 1.0,
 }
 """The defaults merged under a batched tier's `autoscaling_config`."""

@@ -29,6 +29,8 @@ from typing import Any
 
 import ray
 
+from gym_serve.calls.batching import MicroBatcher
+from gym_serve.calls.handles import agent_batcher
 from gym_serve.collect.attempts import Outcome, RetryPolicy, failure_row, run_attempts
 from gym_serve.collect.job import CollectJob, CollectSummary, Key, failures_path, rollout_key, sibling_path
 from gym_serve.collect.materialize import materialize
@@ -36,7 +38,6 @@ from gym_serve.collect.resume import Progress, load_progress
 from gym_serve.collect.staleness import Staleness
 from gym_serve.collect.window import AdaptiveWindow
 from gym_serve.errors import FailureKind, InputError
-from gym_serve.serving.batching import MicroBatcher, agent_batcher
 from gym_serve.wire.jsonl import JsonlWriter
 
 __all__ = ["Collection", "RolloutDriver", "write_ordered"]
@@ -232,7 +233,7 @@ class RolloutDriver:
         return await self._collection.run()
 
     async def _call(self, agent: str, row: dict[str, Any]) -> dict[str, Any]:
-        """Rows go to an agent in micro-batches, one streaming Serve request per batch (`serving.batching`)."""
+        """Rows go to an agent in micro-batches, one streaming Serve request per batch (`gym_serve.calls.batching`)."""
         batcher = self._batchers.get(agent)
         if batcher is None:
             batcher = self._batchers[agent] = agent_batcher(agent)

@@ -3,7 +3,7 @@
 A trainer that runs in the cluster (an actor, or a script on a cluster node)
 does not need the HTTP ingress: `ServeRollouts.rollouts` sends rows to the
 agent applications through the same micro-batched handles the driver uses
-(`gym_serve.serving.batching.agent_batcher`), with the same retries and failure
+(`gym_serve.calls.batching.agent_batcher`), with the same retries and failure
 rows (`gym_serve.collect.attempts`), and yields rollouts as they finish. It has
 the client's `rollouts` signature, so the trainer adapters take either.
 """
@@ -15,9 +15,10 @@ import random
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
+from gym_serve.calls.batching import MicroBatcher
+from gym_serve.calls.handles import agent_batcher
 from gym_serve.collect.attempts import RetryPolicy, run_attempts
 from gym_serve.errors import InputError
-from gym_serve.serving.batching import MicroBatcher, agent_batcher
 
 __all__ = ["ServeRollouts"]
 

@@ -44,11 +44,11 @@ from pydantic import (
 from gym_serve.environment import nemo_gym
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.errors import ConfigError, EnvError
+from gym_serve.models.synthetic import Latency
 from gym_serve.rollout.loop import AgentConfig
-from gym_serve.testing.synthetic import Latency
 
 if TYPE_CHECKING:
-    from gym_serve.serving.http_endpoint import HTTPEndpoint
+    from gym_serve.models.http_endpoint import HTTPEndpoint
 
 __all__ = [
     "AgentArgs",
@@ -94,7 +94,7 @@ class DeploymentOptions(BaseModel):
         """These options over `defaults`, with autoscaling replacing a fixed replica count.
 
         `autoscaling_defaults` fill in what an `autoscaling_config` leaves out (the
-        batched tiers' policy, see `gym_serve.serving.autoscaling`).
+        batched tiers' policy, see `gym_serve.calls.autoscaling`).
         """
         options = {**defaults, **self.model_dump(exclude_none=True)}
         if "autoscaling_config" in options:
@@ -129,7 +129,7 @@ class NemoGymEnvironmentArgs(BaseModel):
     """A NeMo Gym resources server, unchanged, hosted in each Environment replica (`gym_serve.environment.nemo_gym`).
 
     A rollout's calls are routed to the replica that seeded it, which holds its
-    session (`gym_serve.serving.routing`).
+    session (`gym_serve.calls.routing`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -245,7 +245,7 @@ class VLLMModelArgs(BaseModel):
         default=32,
         ge=0,
         description="Session buckets an agent splits its model calls into, so that all calls of a rollout reach "
-        "one replica and reuse its prefix cache (gym_serve.serving.routing); 0 turns affinity off.",
+        "one replica and reuse its prefix cache (gym_serve.calls.routing); 0 turns affinity off.",
     )
     weight_sync_interval_s: float = Field(
         default=5.0, gt=0, description="How often a replica checks it serves the policy's current weights."
@@ -271,8 +271,8 @@ class HTTPModelArgs(BaseModel):
 
         Without a `base_url`, the OpenAI API, as the openai client defaults.
         """
+        from gym_serve.models.http_endpoint import HTTPEndpoint
         from gym_serve.serving import secrets
-        from gym_serve.serving.http_endpoint import HTTPEndpoint
 
         key = self.api_key.get_secret_value() if self.api_key else secrets.lookup(self.api_key_env) or ""
         return HTTPEndpoint(

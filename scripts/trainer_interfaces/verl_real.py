@@ -6,7 +6,7 @@ server): `GymServeAgentLoop.run` on canned rollouts, then `AgentLoopWorker`'s ow
 
     python -m venv /tmp/verl-env && /tmp/verl-env/bin/pip install torch==2.13.0 verl==0.9.1 cachetools fastapi \
         uvicorn pytest pytest-asyncio pyyaml orjson jsonschema
-    python -m gym_serve.testing.tiny_model /tmp/tiny-model
+    python -m gym_serve.models.tiny_model /tmp/tiny-model
     PYTHONPATH=. /tmp/verl-env/bin/python scripts/trainer_interfaces/verl_real.py /tmp/tiny-model
 """
 

@@ -237,8 +237,8 @@ async def test_tests_that_need_the_solutions_objects_still_work(mode: str) -> No
 async def test_every_reward_hack_scores_zero_through_a_serve_replica(serve_instance: None) -> None:
     from ray import serve
 
+    from gym_serve.calls.batching import BatchedResponses
     from gym_serve.deployments.app import build_app
-    from gym_serve.serving.batching import BatchedResponses
     from gym_serve.serving.config import AppArgs
 
     @serve.deployment(name="Model", ray_actor_options={"num_cpus": 0})
