@@ -43,9 +43,9 @@ class JudgeConfig(BaseModel):
 
 class _HandleJudge:
     def __init__(self, app: str) -> None:
-        from ray import serve
+        from gym_serve.calls.handles import model_handle
 
-        self._handle = serve.get_deployment_handle("Model", app_name=app)
+        self._handle = model_handle(app)
 
     async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         try:

@@ -20,18 +20,49 @@ from gym_serve.calls.replica_count import replica_counts
 from gym_serve.calls.routing import pinned_key, session_bucket
 from gym_serve.errors import FailureKind, SessionLostError, failure_kind
 
-__all__ = ["EnvironmentHandle", "KeyedSender", "ModelCall", "ModelHandle", "agent_batcher"]
+__all__ = [
+    "MODEL",
+    "AgentBatchers",
+    "EnvironmentHandle",
+    "KeyedSender",
+    "ModelCall",
+    "ModelHandle",
+    "agent_batcher",
+    "model_handle",
+]
+
+
+MODEL = "Model"
+"""The deployment name of every application's Model tier."""
+
+
+def model_handle(app: str | None) -> DeploymentHandle:
+    """The Model tier of application `app`: an agent's own, or another application's it shares (`kind: app`)."""
+    return serve.get_deployment_handle(MODEL, app_name=app)
 
 
 def agent_batcher(agent: str) -> MicroBatcher[dict[str, Any], dict[str, Any]]:
     """Rows to an agent application's `run_batch`, up to 32 per request, split over its running Agent replicas.
 
-    The one way rollouts enter the Agent tier: the driver actor and the HTTP ingress both use it.
+    The one way rollouts enter the Agent tier: every front door's dispatcher sends through it (`AgentBatchers`).
     """
     run_batch = serve.get_app_handle(agent).options(stream=True).run_batch
     return MicroBatcher(
         lambda rows: run_batch.remote(rows), max_size=32, parts=functools.partial(replica_counts.of, agent, "Agent")
     )
+
+
+class AgentBatchers:
+    """`await agents(name, row)`: the rollout of `row` on the agent application `name`, micro-batched per agent."""
+
+    def __init__(self) -> None:
+        self._batchers: dict[str, MicroBatcher[dict[str, Any], dict[str, Any]]] = {}
+
+    async def __call__(self, agent: str, row: dict[str, Any]) -> dict[str, Any]:
+        batcher = self._batchers.get(agent)
+        if batcher is None:
+            batcher = self._batchers[agent] = agent_batcher(agent)
+        return await batcher(row)
 
 
 def _replicas_of(handle: DeploymentHandle) -> Callable[[], int]:

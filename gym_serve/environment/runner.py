@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from gym_serve.environment.core import Environment, Task, Verdict
 from gym_serve.environment.tools import STATE_PARAM, ToolSpec
 from gym_serve.errors import EnvError, GymServeError, InputError, ToolError, VerifierTimeoutError, VerifyError
+from gym_serve.wire.pieces import field_path
 from gym_serve.wire.responses import Response
 
 __all__ = ["EnvInfo", "EnvRunner"]
@@ -150,8 +151,8 @@ class EnvRunner:
         try:
             return self.env.Task.model_validate(row)
         except ValidationError as e:
-            problems = "; ".join(f"`{'.'.join(map(str, err['loc'])) or '(row)'}`: {err['msg']}" for err in e.errors())
-            field = ".".join(map(str, e.errors()[0]["loc"])) or None
+            problems = "; ".join(f"`{field_path(err['loc']) or '(row)'}`: {err['msg']}" for err in e.errors())
+            field = field_path(e.errors()[0]["loc"]) or None
             raise InputError(
                 f"row does not fit `{type(self.env).name()}`'s task fields: {problems}",
                 source=f"environment `{type(self.env).name()}`",

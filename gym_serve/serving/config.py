@@ -46,6 +46,7 @@ from gym_serve.environment.registry import load_environment_class
 from gym_serve.errors import ConfigError, EnvError
 from gym_serve.models.synthetic import Latency
 from gym_serve.rollout.loop import AgentConfig
+from gym_serve.wire.pieces import field_path
 
 if TYPE_CHECKING:
     from gym_serve.models.http_endpoint import HTTPEndpoint
@@ -397,8 +398,7 @@ def validate_app_args(args: dict[str, Any], *, source: str, app: str) -> AppArgs
         parsed = AppArgs.model_validate(args)
     except ValidationError as e:
         err = e.errors()[0]
-        key = ".".join(str(part) for part in err["loc"])
-        raise ConfigError(err["msg"], source=source, key=f"applications[{app}].args.{key}") from e
+        raise ConfigError(err["msg"], source=source, key=f"applications[{app}].args.{field_path(err['loc'])}") from e
     environment = parsed.environment
     try:
         if isinstance(environment, NemoGymEnvironmentArgs):
@@ -437,7 +437,7 @@ def load_serve_config(path: str | Path) -> list[AppSpec]:
             spec = AppSpec.model_validate(entry)
         except ValidationError as e:
             err = e.errors()[0]
-            key = f"applications[{i}]." + ".".join(str(part) for part in err["loc"])
+            key = f"applications[{i}].{field_path(err['loc'])}"
             raise ConfigError(err["msg"], source=source, key=key) from e
         if spec.import_path == BUILDER:
             spec.app_args(source)
@@ -460,7 +460,7 @@ def _check_serve_schema(raw: dict[str, Any], source: str) -> None:
         ServeDeploySchema.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
-        key = ".".join(str(part) for part in err["loc"]) or None
+        key = field_path(err["loc"]) or None
         message = str(err["msg"]).removeprefix("Value error, ")
         if "route prefix" in message:
             message += " Give each HTTP application its own `route_prefix`, and `route_prefix: null` to the others."
