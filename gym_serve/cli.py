@@ -463,21 +463,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _collect(job: CollectJob, label: str = "rollouts") -> CollectSummary:
     """Run one collection in a driver actor on this node, showing progress until it finishes."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     from tqdm import tqdm
 
-    from gym_serve.collect.driver import RolloutDriver
+    from gym_serve.collect.driver import driver_on, follow
 
-    node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    actor: Any = RolloutDriver  # `@ray.remote` made the class an actor class, which type checkers do not see
-    driver = actor.options(scheduling_strategy=node).remote()
-    pending = driver.collect.remote(job)
     total = _estimate_rollouts(job)
     with tqdm(desc=label, total=total, unit="rollout", dynamic_ncols=True, leave=False) as bar:
-        while True:
-            ready, _ = ray.wait([pending], timeout=0.25)
-            progress = ray.get(driver.progress.remote())
+
+        def show(progress: CollectSummary) -> None:
             done = progress.rollouts + progress.failures + progress.rollouts_resumed + progress.failures_kept
             bar.total = max(total or 0, progress.rollouts_expected) or None
             bar.update(done - bar.n)
@@ -489,11 +482,9 @@ def _collect(job: CollectJob, label: str = "rollouts") -> CollectSummary:
                 reward=f"{reward:.3f}" if reward is not None else "-",
                 refresh=False,
             )
-            if ready:
-                break
-    summary = ray.get(pending)
-    ray.kill(driver)
-    return summary
+
+        with driver_on() as driver:
+            return follow(driver, job, show)
 
 
 def _estimate_rollouts(job: CollectJob) -> int | None:
