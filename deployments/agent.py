@@ -11,9 +11,9 @@ from ray.serve.handle import DeploymentHandle
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from gym_serve.calls.autoscaling import Load
+from gym_serve.calls.autoscaling import Load, counted
 from gym_serve.calls.batching import stream_batch
-from gym_serve.calls.handles import EnvironmentHandle, ModelHandle
+from gym_serve.calls.handles import EnvironmentHandle, ModelHandle, model_handle
 from gym_serve.environment.runner import EnvInfo
 from gym_serve.rollout.loop import AgentConfig, run_episode
 from gym_serve.wire.responses import row_problems
@@ -33,17 +33,17 @@ class AgentDeployment:
         model_app: str | None = None,
     ) -> None:
         if model is None:
-            model = serve.get_deployment_handle("Model", app_name=model_app)
+            model = model_handle(model_app)
         self.model = ModelHandle(model, config.model_affinity)
         self._policy_app = model.app_name
         self.env = EnvironmentHandle(environment)
         self.config = config
         self._env_info: EnvInfo | None = None
         self.load = Load()
-        self.run = self.load.track(self._run)
 
-    async def _run(self, row: dict[str, Any]) -> dict[str, Any]:
-        """One episode (`run(row)` is this, counted for autoscaling)."""
+    @counted
+    async def run(self, row: dict[str, Any]) -> dict[str, Any]:
+        """One episode: the rollout row of `row`."""
         if self._env_info is None:
             self._env_info = await self.env.describe.remote()
         return await run_episode(row, model=self.model, env=self.env, env_info=self._env_info, config=self.config)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ray import serve
 
-from gym_serve.calls.autoscaling import Load
+from gym_serve.calls.autoscaling import Load, counted
 from gym_serve.calls.batching import BatchedResponses
 from gym_serve.errors import ModelError
 from gym_serve.serving.config import OpenAIModelArgs
@@ -49,12 +49,12 @@ class OpenAIModelDeployment(BatchedResponses):
         self.args = args
         self.endpoint = args.endpoint()
         self.load = Load()
-        self.responses = self.load.track(self._respond)
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         return self.load.stats()
 
-    async def _respond(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+    @counted
+    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         if self.args.api == "chat":
             chat = responses_request_to_chat(request)
             chat["model"] = self.args.model

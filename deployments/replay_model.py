@@ -12,7 +12,7 @@ from typing import Any
 
 from ray import serve
 
-from gym_serve.calls.autoscaling import Load
+from gym_serve.calls.autoscaling import Load, counted
 from gym_serve.calls.batching import BatchedResponses
 from gym_serve.environment import nemo_gym
 from gym_serve.environment.registry import load_environment_class
@@ -33,9 +33,9 @@ class ReplayModelDeployment(BatchedResponses):
             self._rng = random.Random(self.synthetic.seed)
             self._capacity = Capacity(self.synthetic.max_concurrency)
         self.load = Load()
-        self.responses = self.load.track(self._respond)
 
-    async def _respond(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+    @counted
+    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         if self.synthetic is None:
             return self.model.respond(request, session)
         async with self._capacity:

@@ -33,7 +33,7 @@ from typing import Any
 
 from ray import serve
 
-from gym_serve.calls.autoscaling import Load
+from gym_serve.calls.autoscaling import Load, counted
 from gym_serve.calls.batching import BatchedResponses
 from gym_serve.calls.routing import ROUTER
 from gym_serve.deployments.vllm_weights import EngineWeights
@@ -87,7 +87,6 @@ class VLLMModelDeployment(BatchedResponses):
         )
         self.max_model_len = engine.max_model_len
         self.load = Load()
-        self.responses = self.load.track(self._respond)
         context = serve.get_replica_context()
         self.weights = EngineWeights(self.engine, engine.model, context.app_name, context.replica_id.unique_id)
         await self.weights.start()
@@ -132,7 +131,8 @@ class VLLMModelDeployment(BatchedResponses):
             "generation_tokens": counters.get("vllm:generation_tokens", 0),
         }
 
-    async def _respond(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+    @counted
+    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from functools import wraps
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 if TYPE_CHECKING:
     from ray.serve.config import AutoscalingContext
 
-__all__ = ["BATCHED_TIER_AUTOSCALING", "METRIC", "Load", "calls_in_flight_policy"]
+__all__ = ["BATCHED_TIER_AUTOSCALING", "METRIC", "Load", "calls_in_flight_policy", "counted"]
 
 METRIC = "calls_in_flight"
 BATCHED_TIER_AUTOSCALING: dict[str, Any] = {
@@ -44,27 +44,48 @@ R = TypeVar("R")
 
 
 class Load:
-    """How many calls one replica is working on, however they arrived (alone or in a batch)."""
+    """How many calls one replica is working on, however they arrived (alone or in a batch).
+
+    `with load:` counts what runs inside it; `track(fn)` is `fn` counted; a deployment's methods are counted
+    in its `self.load` with `@counted`.
+    """
 
     def __init__(self) -> None:
         self.in_flight = 0
+
+    def __enter__(self) -> None:
+        self.in_flight += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.in_flight -= 1
 
     def track(self, fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         """`fn`, counted while it runs."""
 
         @wraps(fn)
         async def tracked(*args: P.args, **kwargs: P.kwargs) -> R:
-            self.in_flight += 1
-            try:
+            with self:
                 return await fn(*args, **kwargs)
-            finally:
-                self.in_flight -= 1
 
         return tracked
 
     def stats(self) -> dict[str, float]:
         """What a deployment's `record_autoscaling_stats` returns."""
         return {METRIC: float(self.in_flight)}
+
+
+S = TypeVar("S")
+
+
+def counted(method: Callable[Concatenate[S, P], Awaitable[R]]) -> Callable[Concatenate[S, P], Awaitable[R]]:
+    """A deployment's method, written in its class body, counted in the replica's `self.load` while it runs."""
+
+    @wraps(method)
+    async def counting(self: S, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self.load:  # type: ignore[attr-defined]
+            return await method(self, *args, **kwargs)
+
+    return counting
 
 
 def calls_in_flight_policy(ctx: AutoscalingContext) -> tuple[float, dict[str, Any]]:
