@@ -30,10 +30,12 @@ class _InstalledName(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec: ModuleSpec) -> ModuleType:
-        return importlib.import_module(f"gym_serve.{spec.name}")
+        module = importlib.import_module(f"gym_serve.{spec.name}")
+        spec.loader_state = module.__spec__  # importlib sets the module's `__spec__` to this one next
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        pass  # executed once, as `gym_serve.<name>`
+        module.__spec__ = module.__spec__.loader_state  # type: ignore[union-attr]  # executed once, as gym_serve.*
 
 
 sys.meta_path.insert(0, _InstalledName())

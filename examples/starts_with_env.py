@@ -24,9 +24,7 @@ class StartsWithTask(Task):
     prefix: str
 
 
-class StartsWith(Environment):
-    Task = StartsWithTask
-
-    async def verify(self, task: StartsWithTask, response: Response, state: None) -> Verdict:
+class StartsWith(Environment[StartsWithTask, None]):
+    async def verify(self, task: StartsWithTask, response: Response) -> Verdict:
         text = response.output_text()
         return Verdict(reward=1.0 if text.startswith(task.prefix) else 0.0, fields={"reply_start": text[:12]})

@@ -48,7 +48,7 @@ class SlowCounter(Environment):
         state.count += 1
         return state.count
 
-    async def seed(self, task: CountTask) -> Count:
+    async def reset(self, task: CountTask) -> Count:
         if task.hang:
             marker = uuid.uuid4().hex
             self._mark("started", marker)

@@ -22,12 +22,11 @@ class MathTask(Task):
     expected_answer: str
 
 
-class Math(Environment):
-    Task = MathTask
+class Math(Environment[MathTask, None]):
     answer_key = "extracted_answer"
     verify_timeout_s = DEFAULT_TIMEOUT_S
 
-    async def verify(self, task: MathTask, response: Response, state: None) -> Verdict:
+    async def verify(self, task: MathTask, response: Response) -> Verdict:
         result = await verify_math(response.output_text(), task.expected_answer, timeout_s=self.verify_timeout_s)
         if result.timed_out:
             raise VerifierTimeoutError(

@@ -55,11 +55,10 @@ class StructuredOutputsConfig(BaseModel):
     max_chars: int = Field(default=MAX_CHARS, ge=1, description="Longer answers score 0 unparsed.")
 
 
-class StructuredOutputs(Environment):
-    Task = SchemaTask
+class StructuredOutputs(Environment[SchemaTask, None]):
     Config = StructuredOutputsConfig
 
-    async def verify(self, task: SchemaTask, response: Response, state: None) -> Verdict:
+    async def verify(self, task: SchemaTask, response: Response) -> Verdict:
         result = verify_json(
             response.output_text(),
             task.schema_value,

@@ -60,8 +60,8 @@ class SyntheticLoad(Weather):
         await burn_cpu(self.config.tool_cpu_ms)
         return await super().get_weather(city)
 
-    async def verify(self, task: Task, response: Response, state: None) -> float:
+    async def verify(self, task: Task, response: Response) -> float:
         async with self._verifiers:
             await self.config.verify_latency.wait(self._rng)
             await burn_cpu(self.config.verify_cpu_ms)
-            return await super().verify(task, response, state)
+            return await super().verify(task, response)

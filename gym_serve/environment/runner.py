@@ -59,7 +59,7 @@ class EnvRunner:
         self.info = EnvInfo(
             name=type(env).name(),
             tools=[spec.schema() for spec in self.specs.values()],
-            has_seed=type(env).seed is not Environment.seed or type(env).State is not None,
+            has_seed=type(env).reset is not Environment.reset or type(env).State is not None,
             has_user_turn=type(env).user_turn is not Environment.user_turn,
             execute_tool_calls=type(env).execute_tool_calls,
         )
@@ -72,9 +72,9 @@ class EnvRunner:
     async def seed(self, row: dict[str, Any]) -> State:
         task = self._task(row)
         try:
-            state = await self.env.seed(task)
+            state = await self.env.reset(task)
         except Exception as e:
-            raise EnvError(f"`{type(self.env).name()}.seed` raised {type(e).__name__}: {e}") from e
+            raise EnvError(f"`{type(self.env).name()}.reset` raised {type(e).__name__}: {e}") from e
         return _dump(state)
 
     async def call_tools(self, calls: list[dict[str, Any]], state: State) -> tuple[list[dict[str, Any]], State]:
