@@ -213,16 +213,22 @@ def test_a_mistyped_agent_in_per_agent_repeats_is_an_error_before_anything_start
     assert not (tmp_path / "out.jsonl").exists()
 
 
+def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command and group of commands (`env`, `env test`, ...), a group before its commands."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += [(*prefix, name), *_commands(sub, (*prefix, name))]
+    return found
+
+
 def test_the_help_names_every_command_and_the_readme_shows_each() -> None:
     from gym_serve.cli import _benchmarks, _parser
 
-    def commands(parser: argparse.ArgumentParser, prefix: str = "") -> list[str]:
-        found = []
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for name, sub in action.choices.items():
-                    found += commands(sub, f"{prefix}{name} ") or [f"{prefix}{name}"]
-        return found
+    def commands(parser: argparse.ArgumentParser) -> list[str]:
+        every = _commands(parser)
+        return [" ".join(c) for c in every if not any(o[: len(c)] == c and len(o) > len(c) for o in every)]
 
     parser = _parser()
     readme = (REPO / "README.md").read_text()
@@ -276,3 +282,29 @@ def test_ctrl_c_prints_the_command_that_resumes(tmp_path: Path) -> None:
     assert 5 <= out.read_text().count("\n") < 200 * len(example_rows("example_single_tool_call")), "stopped mid-way"
     assert f"The rollouts that finished are in {out}" in stderr
     assert stderr.strip().splitlines()[-1].strip() == shlex.join(["gym-serve", *command, "--resume"]), stderr[-2000:]
+
+
+MAINTAINERS_WORDS = ("400 lines", "layer", "docstring", "one short function", "logic of its own", "maintainer")
+"""What a note for the people who work on the code says, and a user's help never does."""
+
+
+def test_every_commands_help_is_written_for_users(capsys: pytest.CaptureFixture[str]) -> None:
+    """`gym-serve --help` and every `gym-serve COMMAND --help`: a description of what the command does, every
+    option explained, and none of the notes for maintainers the module's docstring holds."""
+    from gym_serve import cli
+
+    commands = _commands(cli._parser())
+    assert {"up", "collect", "profile", "reverify", "env", "list", "bench", "demo", "env init", "env test"} <= {
+        " ".join(c) for c in commands
+    }
+    for command in [(), *commands]:
+        with pytest.raises(SystemExit) as exited:
+            cli.main([*command, "--help"])
+        shown = capsys.readouterr().out
+        assert exited.value.code == 0, command
+        description = shown.split("\n\n")[1].strip()
+        assert description and not description.startswith(("positional arguments", "options")), (command, shown)
+        assert not [w for w in MAINTAINERS_WORDS if w in shown.lower()], (command, shown)
+        options = [line for line in shown.splitlines() if line.startswith("  -") and "--help" not in line]
+        assert all(len(line.split(None, 1)) == 2 or line.endswith(" ...") for line in options), (command, options)
+    assert cli.__doc__ and "one short function per command" in cli.__doc__, "the note stays where maintainers read"
