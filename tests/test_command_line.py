@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from gym_serve.testing.fixtures import example_rows
-from tests.conftest import REPO
+from tests.conftest import REPO, interruptible
 
 pytestmark = pytest.mark.serve
 
@@ -58,6 +58,7 @@ def test_serve_run_brings_up_an_environment_that_answers_over_http(tmp_path: Pat
         cwd=REPO,
         env=env,
         start_new_session=True,
+        preexec_fn=interruptible,  # stopped with Ctrl-C below
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -241,13 +242,6 @@ def test_the_help_names_every_command_and_the_readme_shows_each() -> None:
     assert _benchmarks() == scripts and all(name in bench_help for name in scripts)
 
 
-def _interruptible() -> None:
-    """Ctrl-C's default in the child, as a terminal gives it. A suite started in the background by a
-    non-interactive shell (`cmd &`, as a CI runner may start it) ignores SIGINT, children inherit that, and
-    the CLI then never saw the Ctrl-C this test sends."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.mark.timeout(240)
 def test_ctrl_c_prints_the_command_that_resumes(tmp_path: Path) -> None:
     """The hint is the same command with `--resume` (which test_collection_faults resumes to completion)."""
@@ -266,7 +260,7 @@ def test_ctrl_c_prints_the_command_that_resumes(tmp_path: Path) -> None:
                "--output", str(out), "--num-repeats", "200", "--concurrency", "4", "--address", "local"]  # fmt: skip
     proc = subprocess.Popen(
         [*GYM_SERVE, *command], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, preexec_fn=_interruptible,
+        start_new_session=True, preexec_fn=interruptible,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 150

@@ -49,7 +49,7 @@ import yaml
 
 from gym_serve.serving.config import BUILDER, load_serve_config
 from gym_serve.testing.fixtures import example_rows
-from tests.conftest import REPO
+from tests.conftest import REPO, interruptible
 from tests.documented import Block, blocks, inline_commands, split_chain
 from tests.fake_openai import FakeOpenAI, serving
 from tests.ray_start_cluster import RayStartCluster, free_port, plain_env, ray_start_cluster
@@ -166,8 +166,9 @@ class Server:
 def start_process(command: str, box: Sandbox, cwd: Path, log: Path) -> tuple[subprocess.Popen[bytes], Server]:
     out = log.open("wb")
     proc = subprocess.Popen(
-        ["bash", "-c", command], cwd=cwd, env=box.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-    )
+        ["bash", "-c", command], cwd=cwd, env=box.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=interruptible,  # a suite run in the background ignores Ctrl-C: the server must not
+    )  # fmt: skip
 
     def stop() -> None:
         _signal_group(proc, signal.SIGINT)  # Ctrl-C, to the terminal's process group
