@@ -43,11 +43,6 @@ MAX_MODEL_LEN = 1024
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-
-
-@pytest.fixture(scope="module")
 def cluster() -> Iterator[None]:
     """Ray first: its start-up times out when it has to share the CPU with a vLLM server already running."""
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
