@@ -30,7 +30,7 @@ from typing import Any
 from gym_serve.errors import InputError, ReplayMissError
 from gym_serve.verifiers.non_answer import REPLAY_MISS_PREFIX
 from gym_serve.wire.jsonl import read_jsonl
-from gym_serve.wire.pieces import input_items, usage
+from gym_serve.wire.pieces import assistant_message, input_items, usage
 
 __all__ = ["MISS_PREFIX", "ReplayModel", "conversation_key", "miss_text"]
 
@@ -200,17 +200,7 @@ def _is_final(output: list[dict[str, Any]]) -> bool:
 
 def _corrupt(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
     kept = [item for item in output if item.get("type") != "message"]
-    return [*kept, _message(CORRUPTED_ANSWER, "msg_replay_corrupted")]
-
-
-def _message(text: str, item_id: str) -> dict[str, Any]:
-    return {
-        "type": "message",
-        "id": item_id,
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
+    return [*kept, assistant_message(CORRUPTED_ANSWER, "msg_replay_corrupted")]
 
 
 def _text(content: Any) -> str:
