@@ -159,10 +159,10 @@ class Dispatcher:
         self._rng = random.Random(seed)
 
     @property
-    def agents(self) -> list[str]:
+    def agents(self) -> Sequence[str]:
         if callable(self._agents):
             self._agents = list(self._agents())
-        return list(self._agents)
+        return self._agents
 
     # ---- resolving and expanding rows ---------------------------------------------------------------------
 
