@@ -15,7 +15,7 @@ and calls that trickle in a few at a time cannot be batched much), or the CPU,
 not the slow tier, would set the pace.
 
 Each tier has its own `autoscaling_config` (min 1, max 8; the batched tiers
-scale on calls in flight, `gym_serve.serving.autoscaling`). Closed-loop clients call the
+scale on calls in flight, `gym_serve.calls.autoscaling`). Closed-loop clients call the
 Agent: the count rises, holds, falls, then stops, while a poller records the
 RUNNING replicas of every tier from `serve.status()`. Reported per scenario:
 replicas per tier over time, throughput and p50 latency per second, the peak

@@ -78,7 +78,7 @@ def main() -> None:
     os.environ["GYM_SERVE_TOKEN"] = secrets.token_hex(16)  # the ingress and the trainer read it; never printed
     from ray import serve
 
-    from gym_serve.testing.tiny_model import make_tiny_model
+    from gym_serve.models.tiny_model import make_tiny_model
 
     model = str(make_tiny_model(TINY))
     url = serve_stack(model)

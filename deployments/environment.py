@@ -4,7 +4,7 @@ The environment is one of gym-serve's (`EnvRunner`: per-rollout state travels
 with each call, any replica serves any call) or a hosted NeMo Gym server
 (`NemoGymServer`: a rollout's state stays in the replica that seeded it; the
 replica stamps its id on the rollout's state, and the Agent routes the
-rollout's later calls to it, `gym_serve.serving.routing`).
+rollout's later calls to it, `gym_serve.calls.routing`).
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from ray import serve
 
+from gym_serve.calls.autoscaling import Load, counted
+from gym_serve.calls.batching import stream_batch
+from gym_serve.calls.routing import REPLICA_KEY
 from gym_serve.environment import nemo_gym
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.environment.runner import EnvInfo, EnvRunner
-from gym_serve.serving.autoscaling import Load
-from gym_serve.serving.batching import stream_batch
 from gym_serve.serving.config import EnvironmentArgs, NemoGymEnvironmentArgs
-from gym_serve.serving.routing import REPLICA_KEY
 
 if TYPE_CHECKING:
     from gym_serve.environment.nemo_gym.host import NemoGymServer
@@ -53,34 +53,41 @@ class EnvironmentDeployment:
                 load_environment_class(args.name)(args.config, verify_timeout_s=args.verify_timeout_s)
             )
         self.replica = serve.get_replica_context().replica_id.unique_id
+        self.stamps_sessions = self.runner.describe().replica_sessions
         self.load = Load()
-        methods = {name: getattr(self.runner, name) for name in _METHODS}
-        if self.runner.describe().replica_sessions:
-            methods["seed"] = self._stamped_seed
-        # seed, call_tools, user_turn, verify: the runner's, counted for autoscaling
-        self._methods = {name: self.load.track(method) for name, method in methods.items()}
-        for name, method in self._methods.items():
-            setattr(self, name, method)
 
-    async def _stamped_seed(self, row: dict[str, Any]) -> dict[str, Any]:
-        """Seed, and name this replica in the rollout's state: the Agent routes the rollout's later calls here.
-
-        A later call that lands elsewhere anyway (this replica went away) finds no
-        session there and fails as `session_lost`.
-        """
+    @counted
+    async def seed(self, row: dict[str, Any]) -> Any:
+        """A new rollout's state; an environment that keeps sessions in replica memory gets this replica's name
+        stamped on it, so the Agent routes the rollout's later calls here (one that lands elsewhere anyway, this
+        replica having gone away, finds no session there and fails as `session_lost`)."""
         state = await self.runner.seed(row)
+        if not self.stamps_sessions:
+            return state
         assert isinstance(state, dict), "a runner with replica sessions returns its session as state"
         return {**state, REPLICA_KEY: self.replica}
+
+    @counted
+    async def call_tools(self, calls: list[dict[str, Any]], state: Any) -> tuple[list[dict[str, Any]], Any]:
+        return await self.runner.call_tools(calls, state)
+
+    @counted
+    async def user_turn(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> tuple[Any, Any]:
+        return await self.runner.user_turn(row, response, state)
+
+    @counted
+    async def verify(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> dict[str, Any]:
+        return await self.runner.verify(row, response, state)
 
     async def describe(self) -> EnvInfo:
         return self.runner.describe()
 
     async def batch(self, method: str, calls: list[tuple[Any, ...]]) -> AsyncIterator[list[tuple[int, Any]]]:
-        """Many calls of one method in one streaming request (`gym_serve.serving.batching`): a slow call holds up no
+        """Many calls of one method in one streaming request (`gym_serve.calls.batching`): a slow call holds up no
         other."""
-        if method not in self._methods:
+        if method not in _METHODS:
             raise ValueError(f"`{method}` cannot be batched; batchable: {', '.join(_METHODS)}")
-        async for item in stream_batch(self._methods[method], calls):
+        async for item in stream_batch(getattr(self, method), calls):
             yield item
 
     def record_autoscaling_stats(self) -> dict[str, float]:

@@ -3,7 +3,7 @@
 The OpenAI API itself, a `vllm serve` server, other providers. `api: responses`
 sends Responses requests as they are; `api: chat` converts them to Chat
 Completions and back (`gym_serve.wire.chat`). Calls go through one pooled
-aiohttp session per replica (`gym_serve.serving.http_endpoint`: retries on 429,
+aiohttp session per replica (`gym_serve.models.http_endpoint`: retries on 429,
 5xx, connection errors and timeouts with backoff; at most `max_concurrency` in
 flight), not the official `openai` client, which cost about 6 ms of CPU per call
 here against ~0.5 ms (see that module). The key comes from config or an
@@ -18,9 +18,9 @@ from typing import Any
 
 from ray import serve
 
+from gym_serve.calls.autoscaling import Load, counted
+from gym_serve.calls.batching import BatchedResponses
 from gym_serve.errors import ModelError
-from gym_serve.serving.autoscaling import Load
-from gym_serve.serving.batching import BatchedResponses
 from gym_serve.serving.config import OpenAIModelArgs
 from gym_serve.wire.chat import chat_response_to_responses, responses_request_to_chat
 
@@ -49,12 +49,12 @@ class OpenAIModelDeployment(BatchedResponses):
         self.args = args
         self.endpoint = args.endpoint()
         self.load = Load()
-        self.responses = self.load.track(self._respond)
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         return self.load.stats()
 
-    async def _respond(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+    @counted
+    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         if self.args.api == "chat":
             chat = responses_request_to_chat(request)
             chat["model"] = self.args.model

@@ -12,13 +12,13 @@ from typing import Any
 
 from ray import serve
 
+from gym_serve.calls.autoscaling import Load, counted
+from gym_serve.calls.batching import BatchedResponses
 from gym_serve.environment import nemo_gym
 from gym_serve.environment.registry import load_environment_class
+from gym_serve.models.synthetic import Capacity
 from gym_serve.rollout.replay import ReplayModel
-from gym_serve.serving.autoscaling import Load
-from gym_serve.serving.batching import BatchedResponses
 from gym_serve.serving.config import ReplayModelArgs, SyntheticModelArgs
-from gym_serve.testing.synthetic import Capacity
 
 DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 4096, "ray_actor_options": {"num_cpus": 0}}
 
@@ -33,9 +33,9 @@ class ReplayModelDeployment(BatchedResponses):
             self._rng = random.Random(self.synthetic.seed)
             self._capacity = Capacity(self.synthetic.max_concurrency)
         self.load = Load()
-        self.responses = self.load.track(self._respond)
 
-    async def _respond(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+    @counted
+    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         if self.synthetic is None:
             return self.model.respond(request, session)
         async with self._capacity:

@@ -32,11 +32,11 @@ from typing import Any
 from pydantic import BaseModel
 from ray import serve
 
+from gym_serve.calls.autoscaling import Load, counted
+from gym_serve.calls.batching import BatchedResponses
 from gym_serve.errors import ConfigError, ModelError
-from gym_serve.serving.autoscaling import Load
-from gym_serve.serving.batching import BatchedResponses
+from gym_serve.models.http_endpoint import HTTPEndpoint
 from gym_serve.serving.config import VLLMHTTPModelArgs
-from gym_serve.serving.http_endpoint import HTTPEndpoint
 from gym_serve.wire.chat_template import ChatTokenizer
 from gym_serve.wire.hermes import forced_tool_call_regex, parse_output
 from gym_serve.wire.tokens import POLICY_VERSION, POLICY_VERSION_SPANS, token_response
@@ -59,12 +59,12 @@ class VLLMHTTPModelDeployment(BatchedResponses):
         self.server = await probe(self.endpoint, self.chat, args.model)
         logger.info("vllm_http: %s serves %s (vLLM %s)", args.base_url, self.server.model, self.server.version)
         self.load = Load()
-        self.responses = self.load.track(self._respond)
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         return self.load.stats()
 
-    async def _respond(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+    @counted
+    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         prompt_ids = self.chat.prompt_ids(request)
         room = self.server.max_model_len - len(prompt_ids)
         if room <= 0:  # the conversation outgrew the context: an incomplete answer, not an error

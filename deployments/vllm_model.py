@@ -10,11 +10,11 @@ re-tokenizing the history, so the ids a trainer gets are exactly what the
 policy saw and sampled (`gym_serve.wire.tokens.check_contiguity`).
 
 The policy's weights change while it serves (`deployments/vllm_weights.py`,
-driven by `gym_serve.serving.weights`): every call's token bundle says which
+driven by `gym_serve.models.weights`): every call's token bundle says which
 policy version sampled its tokens (`policy_version`, `policy_version_spans`),
 and a replica comes up on the policy's current version. A rollout's calls
 stick to one replica, so its prefix cache holds the rollout's history
-(`gym_serve.serving.routing`); `usage.input_tokens_details.cached_tokens`
+(`gym_serve.calls.routing`); `usage.input_tokens_details.cached_tokens`
 says how much of each prompt came from it.
 
 On the CPU build, prefill is not chunked: vLLM rewinds a seeded request's
@@ -33,12 +33,12 @@ from typing import Any
 
 from ray import serve
 
+from gym_serve.calls.autoscaling import Load, counted
+from gym_serve.calls.batching import BatchedResponses
+from gym_serve.calls.routing import ROUTER
 from gym_serve.deployments.vllm_weights import EngineWeights
-from gym_serve.serving.autoscaling import Load
-from gym_serve.serving.batching import BatchedResponses
+from gym_serve.models.weights import WeightSource
 from gym_serve.serving.config import VLLMModelArgs
-from gym_serve.serving.routing import ROUTER
-from gym_serve.serving.weights import WeightSource
 from gym_serve.wire.chat import chat_request_to_responses, responses_response_to_chat
 from gym_serve.wire.chat_template import ChatTokenizer
 from gym_serve.wire.hermes import forced_tool_call_regex, parse_output
@@ -64,7 +64,7 @@ class VLLMModelDeployment(BatchedResponses):
         if args.cpu_threads:  # Ray sets OMP_NUM_THREADS from the actor's CPUs; the CPU build computes with OpenMP
             os.environ["OMP_NUM_THREADS"] = str(args.cpu_threads)
         if args.make_tiny_model:
-            from gym_serve.testing.tiny_model import make_tiny_model
+            from gym_serve.models.tiny_model import make_tiny_model
 
             make_tiny_model(args.engine.model)
         self.args = args
@@ -87,7 +87,6 @@ class VLLMModelDeployment(BatchedResponses):
         )
         self.max_model_len = engine.max_model_len
         self.load = Load()
-        self.responses = self.load.track(self._respond)
         context = serve.get_replica_context()
         self.weights = EngineWeights(self.engine, engine.model, context.app_name, context.replica_id.unique_id)
         await self.weights.start()
@@ -106,7 +105,7 @@ class VLLMModelDeployment(BatchedResponses):
     async def affinity_buckets(self) -> int | None:
         return self.args.session_buckets or None
 
-    # ---- weight updates (called on every replica by `gym_serve.serving.weights.PolicyWeights`) -------------
+    # ---- weight updates (called on every replica by `gym_serve.models.weights.PolicyWeights`) -------------
 
     async def weights_prepare(self, version: int, source: WeightSource) -> dict[str, Any]:
         return await self.weights.prepare(version, source)
@@ -132,7 +131,8 @@ class VLLMModelDeployment(BatchedResponses):
             "generation_tokens": counters.get("vllm:generation_tokens", 0),
         }
 
-    async def _respond(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+    @counted
+    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 

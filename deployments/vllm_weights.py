@@ -1,6 +1,6 @@
 """One vLLM replica's side of a weight update: check the new weights, load them into the running engine, version.
 
-`gym_serve.serving.weights` drives an update across the replicas; here is what
+`gym_serve.models.weights` drives an update across the replicas; here is what
 each replica does with it.
 
 *Prepare* checks the new weights against the checkpoint the engine started
@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_serve.errors import InvalidWeights, WeightsError
-from gym_serve.serving.weights import PolicyState, WeightSource, policy_store
+from gym_serve.models.weights import PolicyState, WeightSource, policy_store
 
 __all__ = ["EngineWeights", "checkpoint_schema", "weight_problems"]
 

@@ -35,7 +35,7 @@ on, which is what the loop did before weight sync existed.
 Run it against a Serve config (both sides on one machine, or sharing the
 checkpoint folder):
 
-    python -m gym_serve.testing.tiny_model /tmp/gym-serve-tiny-model
+    python -m gym_serve.models.tiny_model /tmp/gym-serve-tiny-model
     export GYM_SERVE_TOKEN=...                  # weight pushes need a bearer token
     serve run deployments/grpo_vllm.yaml        # the ingress + the `starts_with` environment on vLLM
     python examples/grpo_trainer.py --url http://127.0.0.1:8000 --model /tmp/gym-serve-tiny-model --steps 20

@@ -2,7 +2,7 @@
 
 The environment of the GRPO example (`examples/grpo_trainer.py`), built to show
 that the loop learns, not to teach a skill. The tiny model
-(`gym_serve.testing.tiny_model`) has random weights, so no task reward is ever
+(`gym_serve.models.tiny_model`) has random weights, so no task reward is ever
 earned; but over these prompts it starts its reply with "Yo" about one time in
 six (a transformers forward pass of its weights gives 0.155 on average over
 the rows of `examples/data/starts_with.jsonl`), so a group of 8 rollouts
@@ -24,9 +24,7 @@ class StartsWithTask(Task):
     prefix: str
 
 
-class StartsWith(Environment):
-    Task = StartsWithTask
-
-    async def verify(self, task: StartsWithTask, response: Response, state: None) -> Verdict:
+class StartsWith(Environment[StartsWithTask, None]):
+    async def verify(self, task: StartsWithTask, response: Response) -> Verdict:
         text = response.output_text()
         return Verdict(reward=1.0 if text.startswith(task.prefix) else 0.0, fields={"reply_start": text[:12]})

@@ -1,12 +1,6 @@
-"""The `gym-serve` command line.
-
-`demo` runs the example environments end to end; `up` deploys a Serve config and prints its URLs;
-`collect` writes rollouts for a file of tasks; `profile`, `health`, `export`, `reverify` and `view` work
-on the files it wrote; `env init` / `env test` scaffold and check an environment; `list` shows the
-environments and the applications running; `bench` runs a benchmark. `gym-serve COMMAND --help` for each.
-
-Over 400 lines: the parser and one short function per command, each reading its arguments and calling
-the layer that does the work; a command that grows logic of its own moves it into that layer.
+"""The `gym-serve` command line: the parser, and one short function per command that reads its arguments and
+calls the layer that does the work (a command that grows logic of its own moves it into that layer). Over 400
+lines for that reason. What users see is `DESCRIPTION` and each command's help, never this docstring.
 """
 
 from __future__ import annotations
@@ -29,6 +23,14 @@ from gym_serve.serving.config import http_options, load_serve_config
 
 __all__ = ["main"]
 
+DESCRIPTION = """\
+RL environments for LLMs and verified rollouts at scale, on Ray Serve.
+
+`demo` runs the example environments end to end; `up` deploys a Serve config and prints its URLs;
+`collect` writes rollouts for a file of tasks; `profile`, `health`, `export`, `reverify` and `view` work
+on the files it wrote; `env init` / `env test` scaffold and check an environment; `list` shows the environments and the
+applications running; `bench` runs a benchmark. `gym-serve COMMAND --help` for each."""
+
 DEMO_CONFIG = "demo.yaml"
 DEMO_ENVS = ("example_single_tool_call", "example_multi_step", "example_session_state")
 
@@ -47,10 +49,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gym-serve", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="gym-serve", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    up = sub.add_parser("up", help="deploy the applications of a Serve config and print what runs")
+    up = _command(sub, "up", "deploy the applications of a Serve config and print what runs")
     up.add_argument("config", help="a Serve config YAML (e.g. deployments/example_single_tool_call.yaml)")
     up.add_argument(
         "--address",
@@ -61,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--block", action="store_true", help="keep running until Ctrl-C (always, on a local cluster)")
     up.set_defaults(func=cmd_up)
 
-    collect = sub.add_parser("collect", help="collect rollouts for a JSONL file of tasks")
+    collect = _command(sub, "collect", "collect rollouts for a JSONL file of tasks")
     collect.add_argument("--config", required=True, help="the Serve config whose applications run the rollouts")
     collect.add_argument("--input", required=True, help="input rows (JSONL, NeMo Gym format)")
     collect.add_argument("--output", required=True, help="rollouts JSONL; failures go to <output>_failures.jsonl")
@@ -108,14 +112,14 @@ def _parser() -> argparse.ArgumentParser:
     collect.add_argument("--no-deploy", action="store_true", help="use applications already running")
     collect.set_defaults(func=cmd_collect)
 
-    prof = sub.add_parser("profile", help="per-task reward profile, aggregate metrics (pass@k) and a plot")
+    prof = _command(sub, "profile", "per-task reward profile, aggregate metrics (pass@k) and a plot")
     prof.add_argument("--rollouts", required=True, help="the rollouts JSONL a collection wrote")
     prof.add_argument("--inputs", help="its materialized inputs (default: <rollouts>_materialized_inputs.jsonl)")
     prof.add_argument("--allow-partial", action="store_true", help="profile what completed; missing is no error")
     prof.add_argument("--config", help="the Serve config of the collection: adds each environment's own metrics")
     prof.set_defaults(func=cmd_profile)
 
-    rev = sub.add_parser("reverify", help="re-score stored rollouts with the current verifiers (no model calls)")
+    rev = _command(sub, "reverify", "re-score stored rollouts with the current verifiers (no model calls)")
     rev.add_argument("--rollouts", required=True, help="the rollouts JSONL to re-score, or an ATIF export of one")
     rev.add_argument("--inputs", help="materialized inputs: the task rows of ATIF trajectories another exporter wrote")
     group = rev.add_mutually_exclusive_group(required=True)
@@ -123,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     group.add_argument("--config", help="a Serve config: each row's agent_ref.name names its application")
     rev.set_defaults(func=cmd_reverify)
 
-    health = sub.add_parser("health", help="named health checks over a rollout file: a report, one row per finding")
+    health = _command(sub, "health", "named health checks over a rollout file: a report, one row per finding")
     health.add_argument(
         "rollouts", help="a rollouts JSONL (a collection's <out>_failures.jsonl beside it is read too)"
     )
@@ -137,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     health.set_defaults(func=cmd_health)
 
-    export = sub.add_parser("export", help="write a rollout file in another format: ATIF v1.7 trajectories")
+    export = _command(sub, "export", "write a rollout file in another format: ATIF v1.7 trajectories")
     export.add_argument("rollouts", help="the rollouts JSONL")
     export.add_argument("--format", choices=["atif"], required=True, help="atif: ATIF v1.7, as NeMo Gym 0.7 writes it")
     export.add_argument("--out", help="the folder to write (default: <rollouts>_atif beside the file)")
@@ -150,7 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.set_defaults(func=cmd_export)
 
-    view = sub.add_parser("view", help="see the rollouts of a file in the browser (a local web page)")
+    view = _command(sub, "view", "see the rollouts of a file in the browser (a local web page)")
     view.add_argument("rollouts", help="a rollouts JSONL (a collection's <out>_failures.jsonl beside it is read too)")
     view.add_argument(
         "--profile", help="`gym-serve profile`'s <rollouts>_aggregate_metrics.json (default: the one beside the file)"
@@ -158,8 +162,8 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("--port", type=int, default=0, help="the port on 127.0.0.1 (default: a free one)")
     view.set_defaults(func=cmd_view)
 
-    env = sub.add_parser("env", help="work on an environment").add_subparsers(required=True, metavar="ACTION")
-    env_test = env.add_parser("test", help="check an environment: its data, recordings, and every row through Serve")
+    env = _command(sub, "env", "work on an environment").add_subparsers(required=True, metavar="ACTION")
+    env_test = _command(env, "test", "check an environment: its data, recordings, and every row through Serve")
     env_test.add_argument(
         "names",
         nargs="+",
@@ -173,26 +177,32 @@ def _parser() -> argparse.ArgumentParser:
     )
     env_test.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else a new local one)")
     env_test.set_defaults(func=cmd_env_test)
-    env_init = env.add_parser("init", help="scaffold a new environment: a package of its own that passes `env test`")
+    env_init = _command(env, "init", "scaffold a new environment: a package of its own that passes `env test`")
     env_init.add_argument("name", metavar="NAME", help="the environment's (and its package's) name, e.g. letter_count")
     env_init.add_argument("--dir", help="where to write the package (default: ./gym-serve-NAME, `_` as `-`)")
     env_init.set_defaults(func=cmd_env_init)
 
-    listing = sub.add_parser("list", help="the environments (built in and installed) and the applications running")
+    listing = _command(sub, "list", "the environments (built in and installed) and the applications running")
     listing.add_argument(
         "--address", help="the Ray cluster to ask (default: $RAY_ADDRESS, else the one running on this machine)"
     )
     listing.set_defaults(func=cmd_list)
 
-    bench = sub.add_parser("bench", help="run a benchmark of benchmarks/ (in a source checkout)")
+    bench = _command(sub, "bench", "run a benchmark of benchmarks/ (in a source checkout)")
     bench.add_argument("name", help=", ".join(_benchmarks()) or "a script of benchmarks/ (in a source checkout)")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="the benchmark's own options (see NAME --help)")
     bench.set_defaults(func=cmd_bench)
 
-    demo = sub.add_parser("demo", help="run the example environments end to end on the replay model")
+    demo = _command(sub, "demo", "run the example environments end to end on the replay model")
     demo.add_argument("--out", help="folder for the rollout files (default: ./gym-serve-demo-<time>)")
     demo.add_argument("--num-repeats", type=int, default=4)
     demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def _command(sub: Any, name: str, summary: str) -> argparse.ArgumentParser:
+    """A command: `summary` is its line in the list of commands and opens its own `--help`."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=summary, description=summary)
     return parser
 
 
@@ -540,23 +550,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _collect(job: CollectJob, label: str = "rollouts") -> CollectSummary:
     """Run one collection in a driver actor on this node, showing progress until it finishes."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     from tqdm import tqdm
 
     from gym_serve.analysis.health_monitor import HealthMonitor
-    from gym_serve.collect.driver import RolloutDriver
+    from gym_serve.collect.driver import driver_on, follow
 
     monitor = HealthMonitor(job.output_path)
-    node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    actor: Any = RolloutDriver  # `@ray.remote` made the class an actor class, which type checkers do not see
-    driver = actor.options(scheduling_strategy=node).remote()
-    pending = driver.collect.remote(job)
     total = _estimate_rollouts(job)
     with tqdm(desc=label, total=total, unit="rollout", dynamic_ncols=True, leave=False) as bar:
-        while True:
-            ready, _ = ray.wait([pending], timeout=0.25)
-            progress = ray.get(driver.progress.remote())
+
+        def show(progress: CollectSummary) -> None:
             done = progress.rollouts + progress.failures + progress.rollouts_resumed + progress.failures_kept
             bar.total = max(total or 0, progress.rollouts_expected) or None
             bar.update(done - bar.n)
@@ -570,11 +573,9 @@ def _collect(job: CollectJob, label: str = "rollouts") -> CollectSummary:
             )
             for warning in monitor.poll():
                 bar.write(warning, file=sys.stderr)
-            if ready:
-                break
-    summary = ray.get(pending)
-    ray.kill(driver)
-    return summary
+
+        with driver_on() as driver:
+            return follow(driver, job, show)
 
 
 def _estimate_rollouts(job: CollectJob) -> int | None:

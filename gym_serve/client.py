@@ -77,7 +77,7 @@ class GymClient:
     async def push_weights(self, version: int, checkpoint: str) -> dict[str, Any]:
         """Make `version`, the safetensors in the folder `checkpoint`, the policy every Model replica serves.
 
-        Answers the update's report once every replica serves it (`gym_serve.serving.weights.UpdateReport`).
+        Answers the update's report once every replica serves it (`gym_serve.models.weights.UpdateReport`).
         Not retried: a refusal (422: the weights do not fit, 409: the version is not new) raises `GymClientError`.
         """
         body = {"version": version, "checkpoint": checkpoint}

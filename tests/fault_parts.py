@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from ray import serve
 
 from gym_serve import Environment, Task, tool
-from gym_serve.serving.batching import BatchedResponses
+from gym_serve.calls.batching import BatchedResponses
 
 
 class SlowConfig(BaseModel):
@@ -48,7 +48,7 @@ class SlowCounter(Environment):
         state.count += 1
         return state.count
 
-    async def seed(self, task: CountTask) -> Count:
+    async def reset(self, task: CountTask) -> Count:
         if task.hang:
             marker = uuid.uuid4().hex
             self._mark("started", marker)

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from ray import serve
 
-from gym_serve.deployments.agent import _HandleModel
-from gym_serve.serving.batching import BatchedResponses
-from gym_serve.serving.routing import ROUTER, session_bucket
+from gym_serve.calls.batching import BatchedResponses
+from gym_serve.calls.handles import ModelHandle
+from gym_serve.calls.routing import ROUTER, session_bucket
 from gym_serve.testing.fixtures import unique
 
 pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("serve_instance")]
@@ -44,10 +44,10 @@ class Where(BatchedResponses):
 
 @serve.deployment(max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0})
 class Turns:
-    """Runs rollouts' turns the way an Agent replica does: every model call through one `_HandleModel`."""
+    """Runs rollouts' turns the way an Agent replica does: every model call through one `ModelHandle`."""
 
     def __init__(self, model: Any, affinity: bool) -> None:
-        self.model = _HandleModel(model, affinity)
+        self.model = ModelHandle(model, affinity)
 
     async def call(self, session: str | None) -> str:
         response = await self.model.responses({"input": "hi"}, session)

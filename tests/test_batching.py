@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gym_serve.serving.batching import MicroBatcher, stream_batch
+from gym_serve.calls.batching import MicroBatcher, stream_batch
 
 
 async def test_calls_of_one_turn_share_a_request_and_keep_their_results() -> None:

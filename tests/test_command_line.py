@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from gym_serve.testing.fixtures import example_rows
-from tests.conftest import REPO
+from tests.conftest import REPO, interruptible
 
 pytestmark = pytest.mark.serve
 
@@ -58,6 +58,7 @@ def test_serve_run_brings_up_an_environment_that_answers_over_http(tmp_path: Pat
         cwd=REPO,
         env=env,
         start_new_session=True,
+        preexec_fn=interruptible,  # stopped with Ctrl-C below
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -213,16 +214,22 @@ def test_a_mistyped_agent_in_per_agent_repeats_is_an_error_before_anything_start
     assert not (tmp_path / "out.jsonl").exists()
 
 
+def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command and group of commands (`env`, `env test`, ...), a group before its commands."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += [(*prefix, name), *_commands(sub, (*prefix, name))]
+    return found
+
+
 def test_the_help_names_every_command_and_the_readme_shows_each() -> None:
     from gym_serve.cli import _benchmarks, _parser
 
-    def commands(parser: argparse.ArgumentParser, prefix: str = "") -> list[str]:
-        found = []
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for name, sub in action.choices.items():
-                    found += commands(sub, f"{prefix}{name} ") or [f"{prefix}{name}"]
-        return found
+    def commands(parser: argparse.ArgumentParser) -> list[str]:
+        every = _commands(parser)
+        return [" ".join(c) for c in every if not any(o[: len(c)] == c and len(o) > len(c) for o in every)]
 
     parser = _parser()
     readme = (REPO / "README.md").read_text()
@@ -233,13 +240,6 @@ def test_the_help_names_every_command_and_the_readme_shows_each() -> None:
     bench_help = subprocess.run([*GYM_SERVE, "bench", "--help"], capture_output=True, text=True, timeout=60).stdout
     scripts = sorted(p.stem for p in (REPO / "benchmarks").glob("*.py") if p.stem != "harness")
     assert _benchmarks() == scripts and all(name in bench_help for name in scripts)
-
-
-def _interruptible() -> None:
-    """Ctrl-C's default in the child, as a terminal gives it. A suite started in the background by a
-    non-interactive shell (`cmd &`, as a CI runner may start it) ignores SIGINT, children inherit that, and
-    the CLI then never saw the Ctrl-C this test sends."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.timeout(240)
@@ -260,7 +260,7 @@ def test_ctrl_c_prints_the_command_that_resumes(tmp_path: Path) -> None:
                "--output", str(out), "--num-repeats", "200", "--concurrency", "4", "--address", "local"]  # fmt: skip
     proc = subprocess.Popen(
         [*GYM_SERVE, *command], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, preexec_fn=_interruptible,
+        start_new_session=True, preexec_fn=interruptible,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 150
@@ -276,3 +276,29 @@ def test_ctrl_c_prints_the_command_that_resumes(tmp_path: Path) -> None:
     assert 5 <= out.read_text().count("\n") < 200 * len(example_rows("example_single_tool_call")), "stopped mid-way"
     assert f"The rollouts that finished are in {out}" in stderr
     assert stderr.strip().splitlines()[-1].strip() == shlex.join(["gym-serve", *command, "--resume"]), stderr[-2000:]
+
+
+MAINTAINERS_WORDS = ("400 lines", "layer", "docstring", "one short function", "logic of its own", "maintainer")
+"""What a note for the people who work on the code says, and a user's help never does."""
+
+
+def test_every_commands_help_is_written_for_users(capsys: pytest.CaptureFixture[str]) -> None:
+    """`gym-serve --help` and every `gym-serve COMMAND --help`: a description of what the command does, every
+    option explained, and none of the notes for maintainers the module's docstring holds."""
+    from gym_serve import cli
+
+    commands = _commands(cli._parser())
+    assert {"up", "collect", "profile", "reverify", "env", "list", "bench", "demo", "env init", "env test"} <= {
+        " ".join(c) for c in commands
+    }
+    for command in [(), *commands]:
+        with pytest.raises(SystemExit) as exited:
+            cli.main([*command, "--help"])
+        shown = capsys.readouterr().out
+        assert exited.value.code == 0, command
+        description = shown.split("\n\n")[1].strip()
+        assert description and not description.startswith(("positional arguments", "options")), (command, shown)
+        assert not [w for w in MAINTAINERS_WORDS if w in shown.lower()], (command, shown)
+        options = [line for line in shown.splitlines() if line.startswith("  -") and "--help" not in line]
+        assert all(len(line.split(None, 1)) == 2 or line.endswith(" ...") for line in options), (command, options)
+    assert cli.__doc__ and "one short function per command" in cli.__doc__, "the note stays where maintainers read"

@@ -50,7 +50,7 @@ import yaml
 
 from gym_serve.serving.config import BUILDER, load_serve_config
 from gym_serve.testing.fixtures import example_rows
-from tests.conftest import REPO
+from tests.conftest import REPO, interruptible
 from tests.documented import Block, blocks, inline_commands, split_chain
 from tests.fake_openai import FakeOpenAI, serving
 from tests.ray_start_cluster import RayStartCluster, free_port, plain_env, ray_start_cluster
@@ -106,9 +106,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     for name in filter(None, listed.stdout.decode().split("\0")):
         source, target = REPO / name, box.root / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_symlink():
-            target.symlink_to(os.readlink(source))
-        elif source.is_file():
+        if source.is_file():
             shutil.copy2(source, target)
     (box.root / ".venv").symlink_to(sys.prefix)  # `.venv/bin/...` in a doc: this environment (never modified)
     for config in box.root.rglob("*.yaml"):
@@ -119,7 +117,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     box.env = {
         **plain_env(),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": str(box.root),  # the copy's code, so what the commands write lands in the copy
+        "PYTHONPATH": os.pathsep.join([str(installed_as_editable(box)), str(box.root)]),  # the copy's code
         "RAY_ADDRESS": "local",  # `serve run` and `ray.init()` would otherwise join another `ray start` here
         "OPENAI_API_KEY": "sk-stand-in",
         "PYTHONUNBUFFERED": "1",
@@ -131,6 +129,29 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     added = {d.metadata["Name"] for d in metadata.distributions()} - before
     if added:  # what a session's `pip install` added leaves with it
         subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", *sorted(added)], capture_output=True)
+
+
+def installed_as_editable(box: Sandbox) -> Path:
+    """A folder whose `sitecustomize` makes the copy's top-level folders its `gym_serve.envs`, `.verifiers`, and
+    `.deployments`, as `pip install -e .` in the copy would (setup.py's package-dir mapping): so the commands run,
+    and what they write lands, in the copy, never in this checkout."""
+    folder = box.work / "site"
+    folder.mkdir(exist_ok=True)
+    mapping = {f"gym_serve.{name}": str(box.root / name) for name in ("envs", "verifiers", "deployments")}
+    (folder / "sitecustomize.py").write_text(
+        "import importlib.util, sys\n"
+        f"FOLDERS = {mapping!r}\n"
+        "class CopysFolders:\n"
+        "    @staticmethod\n"
+        "    def find_spec(name, path=None, target=None):\n"
+        "        if name not in FOLDERS:\n"
+        "            return None\n"
+        "        folder = FOLDERS[name]\n"
+        "        return importlib.util.spec_from_file_location(name, folder + '/__init__.py',\n"
+        "                                                      submodule_search_locations=[folder])\n"
+        "sys.meta_path.insert(0, CopysFolders)\n"
+    )
+    return folder
 
 
 # ---- servers ------------------------------------------------------------------------------------------------
@@ -146,8 +167,9 @@ class Server:
 def start_process(command: str, box: Sandbox, cwd: Path, log: Path) -> tuple[subprocess.Popen[bytes], Server]:
     out = log.open("wb")
     proc = subprocess.Popen(
-        ["bash", "-c", command], cwd=cwd, env=box.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-    )
+        ["bash", "-c", command], cwd=cwd, env=box.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=interruptible,  # a suite run in the background ignores Ctrl-C: the server must not
+    )  # fmt: skip
 
     def stop() -> None:
         _signal_group(proc, signal.SIGINT)  # Ctrl-C, to the terminal's process group

@@ -28,18 +28,12 @@ from gym_serve.deployments.app import build_app  # noqa: E402
 from gym_serve.deployments.ingress.api import build_ingress  # noqa: E402
 from gym_serve.serving.config import AppArgs  # noqa: E402
 from gym_serve.testing.fixtures import example_rows
-from gym_serve.testing.tiny_model import make_tiny_model  # noqa: E402
 from gym_serve.wire.tokens import token_calls  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.serve, pytest.mark.timeout(400)]
 
 TOKEN = "tok-grpo-test-2718"
 FP32_AGREEMENT = 1e-4  # max |logprob_trainer - logprob_sampler| when both hold the same float32 weights
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from gym_serve.errors import FailureKind, ModelError, failure_kind
-from gym_serve.serving.http_endpoint import HTTPEndpoint
+from gym_serve.models.http_endpoint import HTTPEndpoint
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")  # the tests and the module's server share one loop
 

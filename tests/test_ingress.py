@@ -476,3 +476,36 @@ def test_an_ingress_asked_for_auth_without_a_token_refuses_to_start(base_url: st
     message = serve.status().applications["guarded"].deployments["Ingress"].message
     assert "requires a bearer token" in message and "GYM_SERVE_TEST_NO_SUCH_TOKEN" in message
     serve.delete("guarded")
+
+
+async def test_the_openapi_schema_describes_every_routes_body_and_answers(base_url: str) -> None:
+    """`GET /openapi.json` (no token needed): every route with its request body and its answers, each with a
+    schema, and every schema reference resolves inside the document."""
+    from fastapi.routing import APIRoute
+
+    from gym_serve.deployments.ingress.api import app
+
+    async with aiohttp.ClientSession() as session, session.get(f"{base_url}/openapi.json") as response:
+        assert response.status == 200
+        schema = await response.json()
+    routes = [
+        (route.path, method.lower()) for route in app.routes if isinstance(route, APIRoute) for method in route.methods
+    ]
+    assert len(routes) == 9 and {path for path, _ in routes} == set(schema["paths"])
+    for path, method in routes:
+        operation = schema["paths"][path][method]
+        if method == "post":
+            body = operation["requestBody"]["content"]["application/json"]["schema"]
+            assert body.get("$ref") or body.get("properties"), f"{method} {path}: its body has no schema"
+        assert operation["responses"]["200"]["content"], f"{method} {path}: no 200 answer described"
+        for status, answer in operation["responses"].items():
+            assert all(media.get("schema") for media in answer.get("content", {}).values()), f"{path} {status}"
+        if path != "/healthz":
+            assert "401" in operation["responses"], f"{method} {path}: the token's refusal is not described"
+    text = json.dumps(schema)
+    for ref in set(re.findall(r'"\$ref": "#/components/schemas/([^"]+)"', text)):
+        assert ref in schema["components"]["schemas"], f"a reference to a schema not in the document: {ref}"
+    assert schema["paths"]["/v1/rollouts"]["post"]["responses"]["200"]["content"]["application/x-ndjson"]
+    assert schema["paths"]["/v1/responses"]["post"]["responses"]["400"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/OpenAIErrorBody"
+    }

@@ -56,7 +56,7 @@ def job(path: Path, **kwargs: Any) -> CollectJob:
 
 def run_materialize(j: CollectJob) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
     bad: list[tuple[int, str]] = []
-    rows = [row for _, row in materialize(j, lambda line, error: bad.append((line, str(error))))]
+    rows = [rollout.row for rollout in materialize(j, lambda line, error: bad.append((line, str(error))))]
     return rows, bad
 
 

@@ -22,14 +22,14 @@ import pytest
 import ray
 from ray import serve
 
+from gym_serve.calls.handles import EnvironmentHandle
+from gym_serve.calls.routing import REPLICA_KEY
 from gym_serve.collect.driver import RolloutDriver
 from gym_serve.collect.job import CollectJob, failures_path
-from gym_serve.deployments.agent import _HandleEnv
 from gym_serve.deployments.app import build_app
 from gym_serve.environment import nemo_gym
 from gym_serve.errors import FailureKind, failure_kind
 from gym_serve.serving.config import AppArgs, load_serve_config
-from gym_serve.serving.routing import REPLICA_KEY
 from gym_serve.testing.fixtures import unique
 from tests.conftest import REPO
 
@@ -62,7 +62,7 @@ def read(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-async def count_to(env: _HandleEnv, row: dict[str, Any], state: Any) -> dict[str, Any]:
+async def count_to(env: EnvironmentHandle, row: dict[str, Any], state: Any) -> dict[str, Any]:
     """The rollout a model would make: add the row's steps to the counter, then verify the expected count."""
     increments = row["expected_count"] - row["initial_count"]
     calls = [{"call_id": "c", "name": "increment_counter", "arguments": json.dumps({"count": increments})}]
@@ -74,7 +74,7 @@ async def count_to(env: _HandleEnv, row: dict[str, Any], state: Any) -> dict[str
 async def test_a_rollouts_calls_reach_the_replica_that_seeded_it(serve_instance: None) -> None:
     name = unique("ng-sticky")
     deploy(name, {"deployment": {"num_replicas": 2, **ZERO}})
-    env = _HandleEnv(serve.get_deployment_handle("Environment", app_name=name))
+    env = EnvironmentHandle(serve.get_deployment_handle("Environment", app_name=name))
     tasks = [{**row, "initial_count": i} for i in range(10) for row in rows()]
     states = []
     for start in range(0, len(tasks), 5):  # first calls go to the less loaded of two random replicas
@@ -159,7 +159,7 @@ async def test_the_environment_tier_autoscales_and_sessions_keep_their_replica(s
         "metrics_interval_s": 0.5,
     }
     handle = deploy(name, {"deployment": {"autoscaling_config": autoscaling, **ZERO}})
-    env = _HandleEnv(serve.get_deployment_handle("Environment", app_name=name))
+    env = EnvironmentHandle(serve.get_deployment_handle("Environment", app_name=name))
     tasks = rows()
     seen_replicas: set[str] = set()
     rewards: list[float] = []

@@ -22,11 +22,11 @@ import pytest
 import ray
 from ray import serve
 
+from gym_serve.calls.batching import BatchedResponses
 from gym_serve.collect.attempts import RetryPolicy, run_attempts
 from gym_serve.deployments.app import build_app
 from gym_serve.deployments.openai_model import OpenAIModelDeployment
 from gym_serve.errors import FailureKind, failure_kind
-from gym_serve.serving.batching import BatchedResponses
 from gym_serve.serving.config import AppArgs
 from gym_serve.testing.fixtures import example_rows, unique
 from gym_serve.testing.instant_openai_server import start_instant_server

@@ -9,6 +9,7 @@ the repository root (whose own `verifiers/` folder would shadow theirs on `sys.p
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -53,9 +54,7 @@ def test_the_wheel_holds_gym_serve_and_nothing_else(tmp_path: Path) -> None:
     for name in filter(None, tracked.decode().split("\0")):
         target = source / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        if (REPO / name).is_symlink():
-            target.symlink_to(os.readlink(REPO / name))
-        elif (REPO / name).is_file():
+        if (REPO / name).is_file():
             shutil.copy2(REPO / name, target)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), "."],
@@ -68,3 +67,13 @@ def test_the_wheel_holds_gym_serve_and_nothing_else(tmp_path: Path) -> None:
         assert module in names, f"{module} is not in the wheel"
     for page in ("gym_serve/viewer/templates/tasks.html", "gym_serve/viewer/static/viewer.js"):  # `gym-serve view`
         assert page in names, f"{page} is not in the wheel"
+
+
+def test_each_file_has_one_name_the_installed_one() -> None:
+    """`envs/`, `verifiers/` and `deployments/` are `gym_serve.envs`, ... by setup.py's package-dir mapping (in the
+    editable install too): nothing in the repository links one path to another."""
+    staged = subprocess.run(["git", "ls-files", "-s"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert [line for line in staged.splitlines() if line.startswith("120000")] == [], "a symbolic link is tracked"
+    for folder in ("envs", "verifiers", "deployments"):
+        package = importlib.import_module(f"gym_serve.{folder}")
+        assert Path(str(package.__file__)).resolve() == (REPO / folder / "__init__.py").resolve()

@@ -29,9 +29,8 @@ from gym_serve.client import GymClient, GymClientError  # noqa: E402
 from gym_serve.deployments.app import build_app  # noqa: E402
 from gym_serve.deployments.ingress.api import build_ingress  # noqa: E402
 from gym_serve.errors import InvalidWeights  # noqa: E402
+from gym_serve.models.weights import PolicyWeights  # noqa: E402
 from gym_serve.serving.config import AppArgs  # noqa: E402
-from gym_serve.serving.weights import PolicyWeights  # noqa: E402
-from gym_serve.testing.tiny_model import make_tiny_model  # noqa: E402
 from gym_serve.wire.tokens import token_calls  # noqa: E402
 from tests.parked_env import gate  # noqa: E402
 
@@ -41,11 +40,6 @@ TOKEN = "tok-weights-test-3141"
 APP = "policy"
 FP32 = 1e-4  # max |logprob_vllm - logprob_transformers| for the same float32 weights
 Weights = dict[str, torch.Tensor]
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 @pytest.fixture(scope="module")

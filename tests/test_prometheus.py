@@ -1,10 +1,11 @@
-"""The ingress's Prometheus text: well-formed samples, cumulative histogram buckets, escaped labels."""
+"""The ingress's Prometheus text (prometheus_client): well-formed samples, the series names it always had,
+cumulative histogram buckets, escaped labels."""
 
 from __future__ import annotations
 
 import re
 
-from gym_serve.deployments.ingress.prometheus import BUCKETS, RolloutMetrics
+from gym_serve.deployments.ingress.metrics import BUCKETS, RolloutMetrics
 
 SAMPLE = re.compile(r'[a-z_]+(\{[a-z_]+="(?:[^"\\]|\\.)*"(,[a-z_]+="(?:[^"\\]|\\.)*")*\})? \S+')
 
@@ -17,16 +18,17 @@ def test_samples_are_well_formed_and_the_histogram_is_cumulative() -> None:
     metrics.finished("timeout", 900.0)
     metrics.finished("cancelled")
     metrics.rejected("saturated")
-    metrics.replayed += 2
-    text = metrics.render()
+    metrics.replayed(2)
+    text = metrics.render().decode()
     samples = [line for line in text.splitlines() if not line.startswith("#")]
     assert all(SAMPLE.fullmatch(line) for line in samples), [s for s in samples if not SAMPLE.fullmatch(s)]
-    assert 'gym_serve_ingress_in_flight{replica="r\\"1"} 3' in samples
-    assert 'gym_serve_ingress_rollouts_total{outcome="ok",replica="r\\"1"} 4' in samples
-    assert 'gym_serve_ingress_rollouts_total{outcome="cancelled",replica="r\\"1"} 1' in samples
-    buckets = [int(line.rsplit(" ", 1)[1]) for line in samples if "_bucket" in line]
+    value = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in samples}
+    assert value['gym_serve_ingress_in_flight{replica="r\\"1"}'] == 3
+    assert value['gym_serve_ingress_rollouts_total{outcome="ok",replica="r\\"1"}'] == 4
+    assert value['gym_serve_ingress_rollouts_total{outcome="cancelled",replica="r\\"1"}'] == 1
+    buckets = [float(line.rsplit(" ", 1)[1]) for line in samples if "_bucket" in line]
     assert len(buckets) == len(BUCKETS) and buckets == sorted(buckets), "cumulative"
     assert buckets[0] == 1 and buckets[-1] == 5, "the cancelled rollout has no duration"
-    assert 'gym_serve_ingress_rollout_seconds_count{replica="r\\"1"} 5' in samples
-    assert 'gym_serve_ingress_replayed_total{replica="r\\"1"} 2' in samples
+    assert value['gym_serve_ingress_rollout_seconds_count{replica="r\\"1"}'] == 5
+    assert value['gym_serve_ingress_replayed_total{replica="r\\"1"}'] == 2
     assert text.count("# TYPE") == 5

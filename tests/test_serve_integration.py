@@ -14,10 +14,10 @@ from pydantic import BaseModel
 from ray import serve
 
 from gym_serve import Environment, Verdict, tool
+from gym_serve.calls.batching import BatchedResponses
 from gym_serve.collect.driver import RolloutDriver
 from gym_serve.collect.job import CollectJob, failures_path
 from gym_serve.deployments.app import build_app
-from gym_serve.serving.batching import BatchedResponses
 from gym_serve.serving.config import AppArgs
 from gym_serve.testing.fixtures import example_rows, unique
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from gym_serve.serving.autoscaling import METRIC, Load, calls_in_flight_policy
+from gym_serve.calls.autoscaling import METRIC, Load, calls_in_flight_policy
+from gym_serve.models.synthetic import Capacity, Latency, burn_cpu
 from gym_serve.serving.config import DeploymentOptions
 from gym_serve.testing.fixtures import example_rows, unique
-from gym_serve.testing.synthetic import Capacity, Latency, burn_cpu
 
 
 def test_lognormal_latency_keeps_its_mean_and_has_a_long_tail() -> None:
@@ -96,7 +96,7 @@ def test_policy_scales_on_calls_not_on_requests() -> None:
 
 
 def test_batched_tiers_get_the_policy_unless_they_name_one() -> None:
-    from gym_serve.serving.autoscaling import BATCHED_TIER_AUTOSCALING
+    from gym_serve.calls.autoscaling import BATCHED_TIER_AUTOSCALING
 
     mine = DeploymentOptions(autoscaling_config={"max_replicas": 4}, num_replicas=2)
     options = mine.serve_options({"max_ongoing_requests": 256}, BATCHED_TIER_AUTOSCALING)

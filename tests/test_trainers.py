@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gym_serve.models.tiny_model import make_tiny_model
 from gym_serve.rollout.local import run_local
 from gym_serve.rollout.replay import ReplayModel
 from gym_serve.testing.fixtures import example_rows
-from gym_serve.testing.tiny_model import make_tiny_model
 from gym_serve.trainers.nemo_rl import GymServeRolloutCollection
 from gym_serve.trainers.openrlhf import executor_output
 from gym_serve.trainers.sequence import (
@@ -346,8 +346,8 @@ async def test_the_in_cluster_source_names_a_row_it_cannot_route() -> None:
     from gym_serve.collect.stream import ServeRollouts
     from gym_serve.errors import InputError
 
-    rows = [{"responses_create_params": {"input": []}, "agent_ref": {"name": "weather"}}, {"input": []}]
-    with pytest.raises(InputError, match="line 2: a row must be an object with `responses_create_params`"):
-        [r async for r in ServeRollouts().rollouts(rows)]
+    rows = [{"responses_create_params": {"input": "hi"}, "agent_ref": {"name": "weather"}}, {"input": []}]
+    with pytest.raises(InputError, match="line 2, field `responses_create_params`: Field required"):
+        [r async for r in ServeRollouts(agents=["weather"]).rollouts(rows)]
     with pytest.raises(InputError, match="line 1, field `agent_ref`: no `agent_ref.name` and no default agent"):
-        [r async for r in ServeRollouts().rollouts([{"responses_create_params": {"input": []}}])]
+        [r async for r in ServeRollouts(agents=["weather"]).rollouts([{"responses_create_params": {"input": "hi"}}])]

@@ -31,7 +31,7 @@ from gym_serve.deployments.app import build_app  # noqa: E402
 from gym_serve.deployments.ingress.api import build_ingress  # noqa: E402
 from gym_serve.serving.config import AppArgs  # noqa: E402
 from gym_serve.testing.fixtures import example_rows  # noqa: E402
-from gym_serve.testing.tiny_model import make_tiny_model  # noqa: E402
+from gym_serve.models.tiny_model import make_tiny_model  # noqa: E402
 from gym_serve.trainers.sequence import build_sequence  # noqa: E402
 from gym_serve.trainers.source import run_groups  # noqa: E402
 from gym_serve.trainers.trl import TRLRollouts, gym_reward, ingress_push  # noqa: E402
@@ -41,11 +41,6 @@ from tests.conftest import REPO  # noqa: E402
 pytestmark = [pytest.mark.slow, pytest.mark.serve, pytest.mark.timeout(420)]
 
 TOKEN = "tok-trainers-test-3141"
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 @pytest.fixture(scope="module")

@@ -28,11 +28,11 @@ from ray import serve  # noqa: E402
 
 from gym_serve.deployments.app import build_app  # noqa: E402
 from gym_serve.errors import ConfigError  # noqa: E402
+from gym_serve.models.tiny_model import make_tiny_model  # noqa: E402
 from gym_serve.serving.config import BUILDER, AppArgs, AppSpec, VLLMHTTPModelArgs  # noqa: E402
 from gym_serve.serving.deploy import deploy  # noqa: E402
 from gym_serve.testing.fixtures import example_rows  # noqa: E402
 from gym_serve.testing.instant_openai_server import start_instant_server  # noqa: E402
-from gym_serve.testing.tiny_model import make_tiny_model  # noqa: E402
 from gym_serve.wire.chat_template import ChatTokenizer  # noqa: E402
 from gym_serve.wire.tokens import check_contiguity, token_calls  # noqa: E402
 
@@ -40,11 +40,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.serve, pytest.mark.timeout(600)]
 
 APP = "vllm-http-weather"
 MAX_MODEL_LEN = 1024
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,12 @@ sampling knob, answers are checked before their ids are trusted, weight versions
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gym_serve.calls.batching import BatchedResponses
 from gym_serve.deployments.vllm_http_model import (
     VLLMHTTPModelDeployment,
     _version_fields,
@@ -17,7 +19,6 @@ from gym_serve.deployments.vllm_http_model import (
     read_completion,
 )
 from gym_serve.errors import FailureKind, ModelError, failure_kind
-from gym_serve.serving.batching import BatchedResponses
 from gym_serve.wire.chat_template import ChatTokenizer
 from gym_serve.wire.tokens import check_contiguity, token_response
 
@@ -89,12 +90,10 @@ def test_an_answer_that_cannot_be_trusted_is_a_model_error(choice: dict[str, Any
 
 
 @pytest.fixture(scope="module")
-def chat(tmp_path_factory: pytest.TempPathFactory) -> ChatTokenizer:
+def chat(tiny_model: Path) -> ChatTokenizer:
     from transformers import AutoTokenizer
 
-    from gym_serve.testing.tiny_model import make_tiny_model
-
-    return ChatTokenizer(AutoTokenizer.from_pretrained(make_tiny_model(tmp_path_factory.mktemp("tiny") / "m")))
+    return ChatTokenizer(AutoTokenizer.from_pretrained(tiny_model))
 
 
 def test_a_follow_up_prompt_extends_the_sampled_ids_instead_of_retokenizing(chat: ChatTokenizer) -> None:

@@ -20,18 +20,12 @@ from ray import serve  # noqa: E402
 from gym_serve.deployments.app import build_app  # noqa: E402
 from gym_serve.serving.config import AppArgs  # noqa: E402
 from gym_serve.testing.fixtures import example_rows
-from gym_serve.testing.tiny_model import make_tiny_model  # noqa: E402
 from gym_serve.wire.tokens import check_contiguity, token_calls  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.serve, pytest.mark.timeout(400)]
 
 APP = "vllm-weather"
 MAX_MODEL_LEN = 1024
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 @pytest.fixture(scope="module")

@@ -116,13 +116,12 @@ class CodeConfig(BaseModel):
     """Force an isolation mode (default: namespaces where the kernel allows them)."""
 
 
-class CodeGeneration(Environment):
-    Task = CodeTask
+class CodeGeneration(Environment[CodeTask, None]):
     Config = CodeConfig
     verify_budget_s = 15.0  # hostile code runs until the sandbox's wall limit (10 s by default), plus start-up
     verify_timeout_s = 900.0  # the sandbox bounds itself: (wall_s + 1) per test, plus start-up
 
-    async def verify(self, task: CodeTask, response: Response, state: None) -> Verdict:
+    async def verify(self, task: CodeTask, response: Response) -> Verdict:
         text = response.output_text()
         code = extract_code(text) if text.strip() else None
         if code is None or not code.strip():

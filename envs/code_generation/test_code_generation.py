@@ -17,11 +17,11 @@ def answer(text: str) -> Response:
 
 async def test_reward_needs_every_test_and_reports_the_fraction() -> None:
     task = CodeTask(tests=["assert double(2) == 4", "assert double(0) == 0", "assert double(-1) == -2"])
-    good = await ENV().verify(task, answer("```python\ndef double(x):\n    return 2 * x\n```"), None)
+    good = await ENV().verify(task, answer("```python\ndef double(x):\n    return 2 * x\n```"))
     assert (good.reward, good.fields["fraction_passed"]) == (1.0, 1.0)
-    partial = await ENV().verify(task, answer("```python\ndef double(x):\n    return abs(2 * x)\n```"), None)
+    partial = await ENV().verify(task, answer("```python\ndef double(x):\n    return abs(2 * x)\n```"))
     assert partial.reward == 0.0 and abs(partial.fields["fraction_passed"] - 2 / 3) < 1e-9
-    missing = await ENV().verify(task, answer("I would write a function that doubles x."), None)
+    missing = await ENV().verify(task, answer("I would write a function that doubles x."))
     assert missing.reward == 0.0 and missing.fields["extracted_code"] is None
 
 
@@ -77,7 +77,7 @@ async def test_a_row_without_tests_is_bad_input_not_a_zero() -> None:
 async def test_a_think_tag_in_the_final_answer_scores_zero() -> None:
     task = CodeTask(tests=["assert double(2) == 4"])
     text = "<think>easy</think>\n```python\ndef double(x):\n    return 2 * x\n```"
-    result = await ENV().verify(task, answer(text), None)
+    result = await ENV().verify(task, answer(text))
     assert result.reward == 0.0 and result.fields["reasoning_format_violation"] is True
 
 

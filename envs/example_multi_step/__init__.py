@@ -30,9 +30,7 @@ class SynonymTask(Task):
     minefield_label_value: int | None = None
 
 
-class SynonymExtraction(Environment):
-    Task = SynonymTask
-
+class SynonymExtraction(Environment[SynonymTask, None]):
     @tool
     async def get_synonym_value(self, synonym: str) -> dict:
         """Get the synonym value for a synonym.
@@ -51,7 +49,7 @@ class SynonymExtraction(Environment):
         """
         return {"success": True}
 
-    async def verify(self, task: SynonymTask, response: Response, state: None) -> Verdict:
+    async def verify(self, task: SynonymTask, response: Response) -> Verdict:
         parsed = _extracted(response)
         expected = task.expected_synonym_values
         accuracy = parsed == expected

@@ -35,9 +35,9 @@ def test_synonym_values_match_nemo_gym() -> None:
 
 async def test_verify_right_wrong_and_misordered() -> None:
     env = SynonymExtraction()
-    right = await env.verify(TASK, extracted([711, 407]), None)
+    right = await env.verify(TASK, extracted([711, 407]))
     assert right.reward == 1.0 and right.fields["accuracy"] is True
-    swapped = await env.verify(TASK, extracted([407, 711]), None)
+    swapped = await env.verify(TASK, extracted([407, 711]))
     assert swapped.reward == 0.0 and swapped.fields["order_instruction_following_failure"] is True
-    partial = await env.verify(TASK, extracted([711, 1]), None)
+    partial = await env.verify(TASK, extracted([711, 1]))
     assert partial.reward == 0.0 and partial.fields["set_overlap"] == 0.5

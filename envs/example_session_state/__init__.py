@@ -23,11 +23,8 @@ class Counter(BaseModel):
     count: int = 0
 
 
-class SessionCounter(Environment):
-    Task = CounterTask
-    State = Counter
-
-    async def seed(self, task: CounterTask) -> Counter:
+class SessionCounter(Environment[CounterTask, Counter]):
+    async def reset(self, task: CounterTask) -> Counter:
         return Counter(count=task.initial_count)
 
     @tool

@@ -38,7 +38,7 @@ def weather_in(city: str) -> str:
     return _KNOWN.get(key) or CONDITIONS[zlib.crc32(key.encode()) % len(CONDITIONS)]
 
 
-class Weather(Environment):
+class Weather(Environment[Task, None]):
     @tool
     async def get_weather(self, city: str) -> dict:
         """Get the current weather in a city.
@@ -48,7 +48,7 @@ class Weather(Environment):
         """
         return {"city": city, "weather_description": f"The weather in {city} is {weather_in(city)}."}
 
-    async def verify(self, task: Task, response: Response, state: None) -> float:
+    async def verify(self, task: Task, response: Response) -> float:
         answer = response.output_text().lower()
         reported = [
             _condition(item["output"]) for item in response.output if item.get("type") == "function_call_output"

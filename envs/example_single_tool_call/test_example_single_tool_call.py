@@ -32,12 +32,10 @@ def looked_up(city: str) -> list[dict]:
 async def test_verify_right_and_wrong() -> None:
     env = Weather()
     assert weather_in("San Francisco") == "cold"
-    assert (
-        await env.verify(None, episode(*looked_up("San Francisco"), answer("It's cold, bring a jacket.")), None) == 1
-    )
-    assert await env.verify(None, episode(*looked_up("San Francisco"), answer("Sunny and warm!")), None) == 0
-    assert await env.verify(None, episode(answer("It is sunny in SF.")), None) == 0, "weather it never looked up"
-    assert await env.verify(None, episode(answer("Which city do you mean?")), None) == 1
+    assert await env.verify(None, episode(*looked_up("San Francisco"), answer("It's cold, bring a jacket."))) == 1
+    assert await env.verify(None, episode(*looked_up("San Francisco"), answer("Sunny and warm!"))) == 0
+    assert await env.verify(None, episode(answer("It is sunny in SF."))) == 0, "weather it never looked up"
+    assert await env.verify(None, episode(answer("Which city do you mean?"))) == 1
 
 
 async def test_tool_reports_the_city_weather() -> None:

@@ -40,12 +40,11 @@ class FunctionCallingConfig(BaseModel):
     lenient: bool = Field(default=False, description="Strings spelling a number/boolean/JSON equal that value.")
 
 
-class FunctionCalling(Environment):
-    Task = FunctionCallTask
+class FunctionCalling(Environment[FunctionCallTask, None]):
     Config = FunctionCallingConfig
     execute_tool_calls = False
 
-    async def verify(self, task: FunctionCallTask, response: Response, state: None) -> Verdict:
+    async def verify(self, task: FunctionCallTask, response: Response) -> Verdict:
         calls = [item for item in response.output if item.get("type") == "function_call"]
         result = compare_calls(
             calls,

@@ -57,15 +57,12 @@ def parse_move(text: str) -> str | None:
     return found[-1] if found else None
 
 
-class GridWorld(Environment):
-    Task = GridTask
-    State = Board
+class GridWorld(Environment[GridTask, Board]):
+    async def reset(self, task: GridTask) -> Board:
+        return self.start(task)[0]
 
-    async def seed(self, task: GridTask) -> Board:
-        return self.reset(task)[0]
-
-    def reset(self, task: GridTask) -> tuple[Board, str]:
-        """Gymnasium's `reset`: the start state and its observation."""
+    def start(self, task: GridTask) -> tuple[Board, str]:
+        """Gymnasium's `reset` as a pure function: the start state and its observation."""
         row, col = find(task.grid, "S")
         board = Board(row=row, col=col)
         return board, render(task.grid, board)

@@ -14,14 +14,14 @@ ENV, CONFIG = GridWorld, None
 
 def test_reset_and_step_follow_gymnasium() -> None:
     env, task = GridWorld(), GridTask(grid=["S#.", "..G"], max_moves=3)
-    board, observation = env.reset(task)
+    board, observation = env.start(task)
     assert observation == "A#.\n..G"
     obs, reward, terminated, truncated = env.step(task, board, "right")  # a wall
     assert (round(reward, 2), terminated, truncated) == (-0.15, False, False) and "wall" in obs
     env.step(task, board, "down")
     obs, reward, terminated, truncated = env.step(task, board, "right")
     assert (terminated, truncated) == (False, True)  # out of moves before the goal
-    board, _ = env.reset(task)
+    board, _ = env.start(task)
     for move in ("down", "right", "right"):
         obs, reward, terminated, truncated = env.step(task, board, move)
     assert terminated and not truncated and round(reward, 2) == 0.95 and board.reached_goal

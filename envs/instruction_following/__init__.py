@@ -58,12 +58,10 @@ class InstructionTask(Task):
         return kwargs
 
 
-class InstructionFollowing(Environment):
+class InstructionFollowing(Environment[InstructionTask, None]):
     """Single turn; the final message is checked against the row's instructions (see the module docstring)."""
 
-    Task = InstructionTask
-
-    async def verify(self, task: InstructionTask, response: Response, state: None) -> Verdict:
+    async def verify(self, task: InstructionTask, response: Response) -> Verdict:
         text, prompt = response.output_text(), task.prompt_text()
         if is_non_answer(text, prompt):  # "i don't know" is lowercase and short: it follows nothing asked
             count = len(task.instruction_id_list)

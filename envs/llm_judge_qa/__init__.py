@@ -43,9 +43,9 @@ class JudgeConfig(BaseModel):
 
 class _HandleJudge:
     def __init__(self, app: str) -> None:
-        from ray import serve
+        from gym_serve.calls.handles import model_handle
 
-        self._handle = serve.get_deployment_handle("Model", app_name=app)
+        self._handle = model_handle(app)
 
     async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         try:
@@ -55,8 +55,7 @@ class _HandleJudge:
             raise RuntimeError(f"{type(cause).__name__}: {str(cause).strip()[:300]}") from None
 
 
-class LlmJudgeQa(Environment):
-    Task = QaTask
+class LlmJudgeQa(Environment[QaTask, None]):
     Config = JudgeConfig
 
     _judge_client: Judge | None = None
@@ -72,7 +71,7 @@ class LlmJudgeQa(Environment):
                 self._judge_client = ReplayModel(paths, name="replay-judge")
         return self._judge_client
 
-    async def verify(self, task: QaTask, response: Response, state: None) -> Verdict:
+    async def verify(self, task: QaTask, response: Response) -> Verdict:
         answer = response.output_text()
         if is_non_answer(answer, task.question):  # nothing for a judge to weigh
             return Verdict(reward=0.0, fields={"judge_text": None, "non_answer": True})

@@ -60,7 +60,7 @@ async def test_judge_failures_raise_judge_error_not_a_zero() -> None:
         }
     )
     with pytest.raises(errors.JudgeError) as caught:
-        await env.verify(QaTask(question="Capital of Australia?", expected_answer="Canberra"), response, None)
+        await env.verify(QaTask(question="Capital of Australia?", expected_answer="Canberra"), response)
     assert caught.value.kind == "judge_failed"
 
 

@@ -27,8 +27,7 @@ class MathTask(Task):
     expected_answer: str
 
 
-class Math(Environment):
-    Task = MathTask
+class Math(Environment[MathTask, None]):
     answer_key = "extracted_answer"
     verify_timeout_s = DEFAULT_TIMEOUT_S
 
@@ -38,7 +37,7 @@ class Math(Environment):
         super().__init__(config, verify_timeout_s=verify_timeout_s)
         start_worker()  # math-verify's worker starts with the environment, so no verify deadline pays for it
 
-    async def verify(self, task: MathTask, response: Response, state: None) -> Verdict:
+    async def verify(self, task: MathTask, response: Response) -> Verdict:
         result = await verify_math(response.output_text(), task.expected_answer, timeout_s=self.verify_timeout_s)
         if result.timed_out:
             raise VerifierTimeoutError(

@@ -41,9 +41,7 @@ def same_number(a: str, b: str) -> bool:
     return x == y or abs(x - y) <= abs(y) * Fraction(1, 10**6)
 
 
-class MathWithTools(Environment):
-    Task = MathTask
-
+class MathWithTools(Environment[MathTask, None]):
     @tool
     async def python(self, code: str) -> str:
         """Run Python code in a sandbox and return what it prints (stdout, then any error).
@@ -59,7 +57,7 @@ class MathWithTools(Environment):
             out += "\n" + (run.stderr.strip().splitlines() or [f"exit code {run.exit_code}"])[-1]
         return out
 
-    async def verify(self, task: MathTask, response: Response, state: None) -> Verdict:
+    async def verify(self, task: MathTask, response: Response) -> Verdict:
         answer = extract_number(response.output_text())
         correct = answer is not None and same_number(answer, task.expected_answer)
         calls = sum(1 for c in response.function_calls() if c.name == "python")

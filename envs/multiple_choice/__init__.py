@@ -44,12 +44,11 @@ class ChoiceConfig(BaseModel):
     grading_mode: GradingMode | None = Field(default=None, description="Overrides every row's `grading_mode`.")
 
 
-class MultipleChoice(Environment):
-    Task = ChoiceTask
+class MultipleChoice(Environment[ChoiceTask, None]):
     Config = ChoiceConfig
     answer_key = "extracted_answer"
 
-    async def verify(self, task: ChoiceTask, response: Response, state: None) -> Verdict:
+    async def verify(self, task: ChoiceTask, response: Response) -> Verdict:
         template = task.template_metadata or TemplateMetadata()
         reward, chosen = verify_choice(
             response.output_text(),

@@ -44,14 +44,13 @@ class ReasoningGymConfig(BaseModel):
     """Score rows without `dataset`/`dataset_config`/`index` by their carried `answer`/`metadata` (NeMo Gym rows)."""
 
 
-class ReasoningGym(Environment):
+class ReasoningGym(Environment[ReasoningGymTask, None]):
     """Single turn; the answer is scored against the regenerated task (see the module docstring)."""
 
-    Task = ReasoningGymTask
     Config = ReasoningGymConfig
     answer_key = "extracted_answer"
 
-    async def verify(self, task: ReasoningGymTask, response: Response, state: None) -> Verdict:
+    async def verify(self, task: ReasoningGymTask, response: Response) -> Verdict:
         answer = extract_answer(response.output_text())
         name, score, error = await asyncio.to_thread(self._score, task, answer)  # generation can be CPU work
         fields: dict[str, Any] = {"extracted_answer": answer, "task_name": name}

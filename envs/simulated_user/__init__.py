@@ -48,10 +48,7 @@ def resolution_of(text: str) -> str | None:
     return found[-1].strip() if found else None
 
 
-class SimulatedUser(Environment):
-    Task = SupportTask
-    State = Conversation
-
+class SimulatedUser(Environment[SupportTask, Conversation]):
     def reply(self, task: SupportTask, message: str, state: Conversation) -> tuple[str, int]:
         """The persona's answer to the assistant's message, and how many new facts it revealed."""
         asked = [key for key in task.persona.facts if re.search(rf"\b{re.escape(key)}", message, re.I)]

@@ -86,12 +86,11 @@ class StructuredOutputsConfig(BaseModel):
     max_chars: int = Field(default=MAX_CHARS, ge=1, description="Longer answers score 0 unparsed.")
 
 
-class StructuredOutputs(Environment):
-    Task = SchemaTask
+class StructuredOutputs(Environment[SchemaTask, None]):
     Config = StructuredOutputsConfig
     execute_tool_calls = False  # a tool-call row's call *is* the answer; text rows offer no tools
 
-    async def verify(self, task: SchemaTask, response: Response, state: None) -> Verdict:
+    async def verify(self, task: SchemaTask, response: Response) -> Verdict:
         config = self.config
         options = {"strict": config.strict, "check_formats": config.check_formats}
         options["pay_content_free"] = config.pay_content_free

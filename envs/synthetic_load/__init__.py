@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gym_serve import Response, Task, tool
 from gym_serve.envs.example_single_tool_call import Weather
-from gym_serve.testing.synthetic import Capacity, Latency, burn_cpu
+from gym_serve.models.synthetic import Capacity, Latency, burn_cpu
 
 
 class SyntheticLoadConfig(BaseModel):
@@ -60,8 +60,8 @@ class SyntheticLoad(Weather):
         await burn_cpu(self.config.tool_cpu_ms)
         return await super().get_weather(city)
 
-    async def verify(self, task: Task, response: Response, state: None) -> float:
+    async def verify(self, task: Task, response: Response) -> float:
         async with self._verifiers:
             await self.config.verify_latency.wait(self._rng)
             await burn_cpu(self.config.verify_cpu_ms)
-            return await super().verify(task, response, state)
+            return await super().verify(task, response)

@@ -34,10 +34,8 @@ def extract_sql(text: str) -> str | None:
     return query or None
 
 
-class TextToSql(Environment):
-    Task = SqlTask
-
-    async def verify(self, task: SqlTask, response: Response, state: None) -> Verdict:
+class TextToSql(Environment[SqlTask, None]):
+    async def verify(self, task: SqlTask, response: Response) -> Verdict:
         query = extract_sql(response.output_text())
         if query is None:
             return Verdict(reward=0.0, fields={"extracted_sql": None, "sql_error": "no query in the answer"})

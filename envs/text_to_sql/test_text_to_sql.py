@@ -53,7 +53,7 @@ async def test_a_database_outside_the_env_is_refused() -> None:
 
     with pytest.raises(ValueError, match="database"):
         await ENV().verify(
-            SqlTask(expected_sql="SELECT 1", database="../../../etc/passwd"), _answer("```sql\nSELECT 1\n```"), None
+            SqlTask(expected_sql="SELECT 1", database="../../../etc/passwd"), _answer("```sql\nSELECT 1\n```")
         )
 
 

@@ -79,11 +79,8 @@ def initial_office() -> Office:
     return Office(tickets={t.id: t for t in tickets}, employees=employees)
 
 
-class Workplace(Environment):
-    Task = WorkTask
-    State = Office
-
-    async def seed(self, task: WorkTask) -> Office:
+class Workplace(Environment[WorkTask, Office]):
+    async def reset(self, task: WorkTask) -> Office:
         return initial_office()
 
     @tool

@@ -45,6 +45,7 @@ from gym_serve.rollout.replay import _conversation, _prompt, conversation_key
 from gym_serve.serving.config import BUILDER, AppSpec, load_serve_config
 from gym_serve.verifiers.non_answer import non_answers
 from gym_serve.wire.jsonl import read_jsonl, scan_jsonl
+from gym_serve.wire.pieces import field_path
 from gym_serve.wire.responses import row_problems
 
 __all__ = ["EnvReport", "check_environment", "recorded_rollouts"]
@@ -170,7 +171,7 @@ def _check_rows(path: Path, task: type[Task] | None, report: EnvReport) -> list[
                 task.model_validate(row)
         except ValidationError as e:
             err = e.errors()[0]
-            report.problems.append(f"{path}, line {line}, field `{'.'.join(map(str, err['loc']))}`: {err['msg']}")
+            report.problems.append(f"{path}, line {line}, field `{field_path(err['loc'])}`: {err['msg']}")
             continue
         rows.append((line, row))
     if len(rows) < MIN_ROWS:

@@ -158,8 +158,7 @@ class ${cls}Task(Task):
     expected: int
 
 
-class $cls(Environment):
-    Task = ${cls}Task
+class $cls(Environment[${cls}Task, None]):
 
     @tool
     async def count_letter(self, word: str, letter: str) -> dict:
@@ -171,7 +170,7 @@ class $cls(Environment):
         """
         return {"word": word, "letter": letter, "count": word.lower().count(letter.lower())}
 
-    async def verify(self, task: ${cls}Task, response: Response, state: None) -> float:
+    async def verify(self, task: ${cls}Task, response: Response) -> float:
         numbers = re.findall(r"-?\\d+", response.output_text())
         return 1.0 if len(numbers) == 1 and int(numbers[0]) == task.expected else 0.0
 '''
@@ -271,12 +270,12 @@ def answer(text: str) -> Response:
 
 async def test_the_right_count_scores_1() -> None:
     for text in ("3", "There are 3."):
-        assert await $cls().verify(TASK, answer(text), None) == 1.0, text
+        assert await $cls().verify(TASK, answer(text)) == 1.0, text
 
 
 async def test_wrong_counts_hedges_and_non_answers_score_0() -> None:
     for text in ("2", "3 or 4", "2, no, 3", "", "three", "I cannot count."):
-        assert await $cls().verify(TASK, answer(text), None) == 0.0, text
+        assert await $cls().verify(TASK, answer(text)) == 0.0, text
 
 
 async def test_the_tool_counts_case_blind() -> None:

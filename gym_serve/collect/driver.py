@@ -1,19 +1,14 @@
-"""The rollout driver: a Ray actor that fans rollouts out to agent applications.
+"""The file door: a collection of an input file, run by the rollout driver, a Ray actor.
 
-It reads input rows lazily (`gym_serve.collect.materialize`), writes each rollout row
-to `<out>_materialized_inputs.jsonl` before dispatching it, keeps in flight at
-most what the agent tier can hold (an `AdaptiveWindow` that shrinks when Serve
-pushes back), and appends every finished rollout to the output at once.
-Memory is bounded by the in-flight window, not by the input's size.
+It reads input rows lazily and expands them with the dispatcher (`gym_serve.collect.materialize`), writes each
+rollout row to `<out>_materialized_inputs.jsonl` before dispatching it, runs it through the dispatcher
+(`gym_serve.collect.dispatch`: the in-flight window, retries, failure rows, the staleness bound), and appends
+every finished rollout to the output at once. Memory is bounded by the in-flight window, not by the input's
+size.
 
-Nothing is dropped: a bad row is written to `<out>_failures.jsonl` as
-`bad_input` with its line; a rollout that fails is retried with exponential
-backoff and jitter if its failure is retryable (a replica died, a timeout, a
-model endpoint error), back-pressure is waited out, and what cannot finish is
-written as a failure row (`gym_serve.collect.attempts`, the path the HTTP
-ingress takes too). Every rollout attempt has a deadline. `resume` continues
-from the files on disk (`gym_serve.collect.resume`) without running a finished
-key again.
+Nothing is dropped: a bad row is written to `<out>_failures.jsonl` as `bad_input` with its line; a rollout
+that cannot finish is written there as a failure row. `resume` continues from the files on disk
+(`gym_serve.collect.resume`) without running a finished key again.
 """
 
 from __future__ import annotations
@@ -23,47 +18,55 @@ import os
 import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from gym_serve.collect.attempts import Outcome, RetryPolicy, failure_row, run_attempts
+from gym_serve.collect.attempts import Outcome, failure_row
+from gym_serve.collect.dispatch import Dispatcher, Send
 from gym_serve.collect.job import CollectJob, CollectSummary, Key, failures_path, rollout_key, sibling_path
 from gym_serve.collect.materialize import materialize
 from gym_serve.collect.resume import Progress, load_progress
 from gym_serve.collect.staleness import Staleness
-from gym_serve.collect.window import AdaptiveWindow
 from gym_serve.errors import FailureKind, InputError
-from gym_serve.serving.batching import MicroBatcher, agent_batcher
 from gym_serve.wire.jsonl import JsonlWriter
 
-__all__ = ["Collection", "RolloutDriver", "write_ordered"]
+__all__ = ["Collection", "RolloutDriver", "driver_on", "follow", "write_ordered"]
 
 _LATENCY_SAMPLES = 10_000
 
-Call = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
-"""Runs one rollout row on the named agent and returns the rollout."""
-
 
 class Collection:
-    """One collection's run: dispatch, retries, bookkeeping. The actor below hosts it; tests may too."""
+    """One collection's run: the file, resume, bookkeeping. The actor below hosts it; tests may too.
 
-    def __init__(self, job: CollectJob, call: Call, *, seed: int = 0, staleness: Staleness | None = None) -> None:
+    `send` runs one rollout on an agent (default: the deployed agent applications, through Serve).
+    """
+
+    def __init__(
+        self, job: CollectJob, send: Send | None = None, *, seed: int = 0, staleness: Staleness | None = None
+    ) -> None:
         self.job = job
-        self.call = call
         if staleness is None and job.max_policy_lag is not None:
             staleness = Staleness(job.max_policy_lag, flag_stale=job.flag_stale)
-        self.staleness = staleness
+        self.dispatcher = Dispatcher(
+            job.agents,
+            default_agent=job.default_agent,
+            policy=job.retry_policy(),
+            max_in_flight=job.concurrency,
+            staleness=staleness,
+            send=send,
+            seed=seed,
+        )
+        self.window = self.dispatcher.window
         self.out = Path(job.output_path)
         self.summary = CollectSummary(
             output_path=str(self.out),
             failures_path=str(failures_path(self.out)),
             materialized_path=str(sibling_path(self.out, "materialized_inputs.jsonl")),
         )
-        self.window = AdaptiveWindow(job.concurrency)
-        self.policy: RetryPolicy = job.retry_policy()
         self._rng = random.Random(seed)
         self._reward_total = 0.0
         self._latencies: list[float] = []
@@ -79,24 +82,23 @@ class Collection:
             JsonlWriter(self.summary.materialized_path, append=False, flush=False) as materialized,
         ):
             self._writer, self._failed = writer, failed
-            running: set[asyncio.Task[None]] = set()
+            running: set[asyncio.Task[Outcome]] = set()
             last_line = 0
-            for line, row in materialize(self.job, self._on_bad_row):
-                if line != last_line:
+            for rollout in materialize(self.job, self._on_bad_row, self.dispatcher):
+                if rollout.line != last_line:
                     self.summary.rows_read += 1
-                    last_line = line
-                materialized.write(row)
+                    last_line = rollout.line
+                materialized.write(rollout.row)
                 self.summary.rollouts_expected += 1
-                key = rollout_key(row)
+                key = rollout.key
                 if key in progress.done:
                     self.summary.rollouts_resumed += 1
                     continue
                 if key in progress.failed_for_good:
                     self.summary.failures_kept += 1
                     continue
-                await self.window.acquire()
-                self.summary.in_flight += 1
-                task = asyncio.create_task(self._run_one(row, progress.attempts.get(key, 0)))
+                task = await self.dispatcher.start(rollout, spent=progress.attempts.get(key, 0))
+                task.add_done_callback(self._record)
                 running.add(task)
                 task.add_done_callback(running.discard)
             if running:
@@ -110,7 +112,9 @@ class Collection:
         s = self.summary
         s.elapsed_s = time.perf_counter() - self._started
         s.rollouts_per_s = s.rollouts / s.elapsed_s if s.elapsed_s > 0 else 0.0
+        s.in_flight = self.dispatcher.in_flight
         s.window = int(self.window.limit)
+        s.backpressure_waits = self.dispatcher.backpressure_waits
         s.failures_by_class = dict(self._classes)
         s.time_split_s = {k: round(v, 6) for k, v in self._time_split.items()}
         s.driver_rss_mb = _rss_mb()
@@ -134,34 +138,15 @@ class Collection:
         self._failed.write(failure)
         self._classes[FailureKind.BAD_INPUT.value] += 1
 
-    async def _run_one(self, row: dict[str, Any], spent: int) -> None:
-        try:
-            outcome = await run_attempts(
-                lambda: self._attempt(row),
-                row,
-                self.policy,
-                self._rng,
-                spent=spent,
-                on_backpressure=self._on_backpressure,
-            )
-            self.summary.retries += outcome.retries
-            if outcome.ok:
-                self.window.on_success()
-                self._record_success(outcome)
-            else:
-                self._record_failure(outcome)
-        finally:
-            self.summary.in_flight -= 1
-            await self.window.release()
-
-    def _attempt(self, row: dict[str, Any]) -> Awaitable[dict[str, Any]]:
-        agent = row["agent_ref"]["name"]
-        rollout = self.call(agent, row)
-        return rollout if self.staleness is None else self.staleness.checked(agent, rollout)
-
-    def _on_backpressure(self) -> None:
-        self.window.on_backpressure()
-        self.summary.backpressure_waits += 1
+    def _record(self, task: asyncio.Task[Outcome]) -> None:
+        if task.cancelled():
+            return
+        outcome = task.result()
+        self.summary.retries += outcome.retries
+        if outcome.ok:
+            self._record_success(outcome)
+        else:
+            self._record_failure(outcome)
 
     def _record_failure(self, outcome: Outcome) -> None:
         assert outcome.kind is not None
@@ -220,7 +205,6 @@ class RolloutDriver:
 
     def __init__(self) -> None:
         self._collection: Collection | None = None
-        self._batchers: dict[str, MicroBatcher[dict[str, Any], dict[str, Any]]] = {}
 
     def progress(self) -> CollectSummary:
         if self._collection is None:
@@ -228,12 +212,33 @@ class RolloutDriver:
         return self._collection.snapshot()
 
     async def collect(self, job: CollectJob) -> CollectSummary:
-        self._collection = Collection(job, self._call)
+        self._collection = Collection(job)
         return await self._collection.run()
 
-    async def _call(self, agent: str, row: dict[str, Any]) -> dict[str, Any]:
-        """Rows go to an agent in micro-batches, one streaming Serve request per batch (`serving.batching`)."""
-        batcher = self._batchers.get(agent)
-        if batcher is None:
-            batcher = self._batchers[agent] = agent_batcher(agent)
-        return await batcher(row)
+
+@contextmanager
+def driver_on(node: str | None = None) -> Iterator[Any]:
+    """A `RolloutDriver` on `node` (default: this process's node, where the input and output files are), stopped
+    when the block ends."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    placement = NodeAffinitySchedulingStrategy(node or ray.get_runtime_context().get_node_id(), soft=False)
+    actor: Any = RolloutDriver  # `@ray.remote` made the class an actor class, which type checkers do not see
+    driver = actor.options(scheduling_strategy=placement).remote()
+    try:
+        yield driver
+    finally:
+        ray.kill(driver)
+
+
+def follow(
+    driver: Any, job: CollectJob, on_progress: Callable[[CollectSummary], None], *, every_s: float = 0.25
+) -> CollectSummary:
+    """Run `job` on `driver`, calling `on_progress` with its progress every `every_s` (and once at the end)."""
+    pending = driver.collect.remote(job)
+    while True:
+        ready, _ = ray.wait([pending], timeout=every_s)
+        on_progress(ray.get(driver.progress.remote()))
+        if ready:
+            summary: CollectSummary = ray.get(pending)
+            return summary

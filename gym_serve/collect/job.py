@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
 from gym_serve.collect.attempts import RetryPolicy
+from gym_serve.collect.dispatch import Repeats, check_repeats
 
 __all__ = ["CollectJob", "CollectSummary", "Key", "failures_path", "rollout_key", "sibling_path"]
 
@@ -23,7 +23,7 @@ class CollectJob(BaseModel):
     output_path: str
     agents: list[str] = Field(description="Names of the deployed agent applications rows may route to.")
     default_agent: str | None = Field(default=None, description="For rows without `agent_ref`.")
-    num_repeats: int | dict[str, int] = Field(default=1, description="Rollouts per task, or per agent name.")
+    num_repeats: Repeats = Field(default=1, description="Rollouts per task, or per agent name.")
     limit: int | None = Field(default=None, ge=1, description="Read at most this many input lines.")
     params_overrides: dict[str, Any] = Field(
         default_factory=dict, description="Merged into every row's `responses_create_params` (e.g. temperature)."
@@ -51,24 +51,11 @@ class CollectJob(BaseModel):
 
     @model_validator(mode="after")
     def _repeats_name_agents(self) -> CollectJob:
-        """A mistyped agent in per-agent repeats would silently run 1 repeat; it is an error instead."""
-        if isinstance(self.num_repeats, dict):
-            for name in sorted(set(self.num_repeats) - set(self.agents)):
-                close = difflib.get_close_matches(name, self.agents, n=1)
-                hint = f"did you mean `{close[0]}`? " if close else ""
-                raise ValueError(
-                    f"num_repeats names `{name}`, which is not an agent here; {hint}"
-                    f"the agents are: {', '.join(self.agents) or 'none'}"
-                )
+        check_repeats(self.num_repeats, self.agents)
         return self
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(max_attempts=self.max_attempts, attempt_timeout_s=self.attempt_timeout_s)
-
-    def repeats_for(self, agent: str) -> int:
-        if isinstance(self.num_repeats, int):
-            return self.num_repeats
-        return self.num_repeats.get(agent, 1)
 
 
 class CollectSummary(BaseModel):

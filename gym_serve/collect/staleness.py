@@ -56,7 +56,7 @@ def policy_version_of_agent() -> CurrentVersion:
     """`current(agent)` for agents deployed on Serve: asks each agent once which application holds its policy."""
     from ray import serve
 
-    from gym_serve.serving.weights import current_version
+    from gym_serve.models.weights import current_version
 
     apps: dict[str, str] = {}
 

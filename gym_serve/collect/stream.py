@@ -1,43 +1,54 @@
-"""Rollouts streamed to a trainer in the same Ray cluster: the driver's dispatch without the files.
+"""The in-cluster door: rollouts streamed to a trainer in the same Ray cluster, without files or HTTP.
 
-A trainer that runs in the cluster (an actor, or a script on a cluster node)
-does not need the HTTP ingress: `ServeRollouts.rollouts` sends rows to the
-agent applications through the same micro-batched handles the driver uses
-(`gym_serve.serving.batching.agent_batcher`), with the same retries and failure
-rows (`gym_serve.collect.attempts`), and yields rollouts as they finish. It has
-the client's `rollouts` signature, so the trainer adapters take either.
+A trainer that runs in the cluster (an actor, or a script on a cluster node) does not need the HTTP ingress:
+`ServeRollouts.rollouts` hands its rows to the dispatcher (`gym_serve.collect.dispatch`), as a collection and
+the ingress do (the same row checks, numbering, overrides, per-agent repeats, in-flight window, retries and
+failure rows), and yields rollouts as they finish. It has the client's `rollouts` signature, so the trainer
+adapters take either.
+
+A batch with a row that cannot run raises its `InputError` (line and field) before anything runs, as the
+ingress answers 422; with `on_bad_row="fail"` such a row comes back as a `bad_input` failure row instead.
 """
 
 from __future__ import annotations
 
-import asyncio
-import random
-from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any, Literal
 
-from gym_serve.collect.attempts import RetryPolicy, run_attempts
-from gym_serve.errors import InputError
-from gym_serve.serving.batching import MicroBatcher, agent_batcher
+from gym_serve.collect.attempts import RetryPolicy
+from gym_serve.collect.dispatch import Dispatcher, Rejected, Repeats, Rollout, Send, check_repeats
 
 __all__ = ["ServeRollouts"]
 
+SOURCE = "rows"
+"""How the rows are named in the messages about them (`rows, line 2, field ...`)."""
+
 
 class ServeRollouts:
-    """Runs rollout rows on deployed agent applications (by `agent_ref.name`, else `default_agent`)."""
+    """Runs rollout rows on deployed agent applications (by `agent_ref.name`, else `default_agent`).
+
+    `agents`: the applications rows may name; by default the cluster's applications that have an Agent
+    deployment, read when the first rows arrive.
+    """
 
     def __init__(
         self,
         *,
         default_agent: str | None = None,
+        agents: Sequence[str] | None = None,
         policy: RetryPolicy | None = None,
         max_in_flight: int = 256,
         seed: int | None = None,
+        send: Send | None = None,
     ) -> None:
-        self.default_agent = default_agent
-        self.policy = policy or RetryPolicy(max_attempts=3, attempt_timeout_s=600.0)
-        self.max_in_flight = max_in_flight
-        self._rng = random.Random(seed)
-        self._batchers: dict[str, MicroBatcher[dict[str, Any], dict[str, Any]]] = {}
+        self.dispatcher = Dispatcher(
+            agents if agents is not None else _deployed_agents,
+            default_agent=default_agent,
+            policy=policy or RetryPolicy(max_attempts=3, attempt_timeout_s=600.0),
+            max_in_flight=max_in_flight,
+            send=send,
+            seed=seed,
+        )
 
     async def __aenter__(self) -> ServeRollouts:
         return self
@@ -49,57 +60,32 @@ class ServeRollouts:
         self,
         rows: Iterable[dict[str, Any]],
         *,
-        num_repeats: int = 1,
+        num_repeats: Repeats = 1,
         temperature: float | None = None,
         top_p: float | None = None,
         max_output_tokens: int | None = None,
+        on_bad_row: Literal["refuse", "fail"] = "refuse",
     ) -> AsyncIterator[dict[str, Any]]:
         """Rollouts of `rows` × `num_repeats` (sampling overrides merged into each row), as they finish."""
-        overrides = {
-            k: v
-            for k, v in {"temperature": temperature, "top_p": top_p, "max_output_tokens": max_output_tokens}.items()
-            if v is not None
-        }
-        work = []
-        for index, row in enumerate(rows):
-            agent = self._agent_of(row, index)
-            params = {**row["responses_create_params"], **overrides}
-            task = row.get("_ng_task_index", index)
-            for k in range(num_repeats):
-                work.append(
-                    (
-                        agent,
-                        {
-                            **row,
-                            "responses_create_params": params,
-                            "agent_ref": {"name": agent},
-                            "_ng_task_index": task,
-                            "_ng_rollout_index": k,
-                        },
-                    )
-                )
-        slots = asyncio.Semaphore(self.max_in_flight)
+        sampling = {"temperature": temperature, "top_p": top_p, "max_output_tokens": max_output_tokens}
+        overrides = {k: v for k, v in sampling.items() if v is not None}
+        if not isinstance(num_repeats, int):
+            check_repeats(num_repeats, self.dispatcher.agents)
+        expanded = self.dispatcher.expand(
+            enumerate(rows, 1), num_repeats=num_repeats, overrides=overrides, source=SOURCE
+        )
+        planned = list(expanded)
+        rejected = [item for item in planned if isinstance(item, Rejected)]
+        if rejected and on_bad_row == "refuse":
+            raise rejected[0].error
+        for item in rejected:
+            yield item.failure_row(SOURCE)
+        async for _, outcome in self.dispatcher.stream(item for item in planned if isinstance(item, Rollout)):
+            yield outcome.row
 
-        async def one(agent: str, row: dict[str, Any]) -> dict[str, Any]:
-            async with slots:
-                batcher = self._batchers.get(agent)
-                if batcher is None:
-                    batcher = self._batchers[agent] = agent_batcher(agent)
-                outcome = await run_attempts(lambda: batcher(row), row, self.policy, self._rng)
-                return outcome.row
 
-        tasks = [asyncio.ensure_future(one(agent, row)) for agent, row in work]
-        try:
-            for finished in asyncio.as_completed(tasks):
-                yield await finished
-        finally:
-            for task in tasks:
-                task.cancel()
+def _deployed_agents() -> list[str]:
+    """The applications on this cluster's Serve with an Agent deployment."""
+    from ray import serve
 
-    def _agent_of(self, row: dict[str, Any], index: int) -> str:
-        if not isinstance(row.get("responses_create_params"), dict):
-            raise InputError("a row must be an object with `responses_create_params`", line=index + 1)
-        name = (row.get("agent_ref") or {}).get("name") or self.default_agent
-        if not name:
-            raise InputError("no `agent_ref.name` and no default agent", line=index + 1, field="agent_ref")
-        return str(name)
+    return [name for name, app in serve.status().applications.items() if "Agent" in app.deployments]

@@ -1,8 +1,8 @@
 """The environment contract: tools, optional per-rollout state, and `verify`.
 
-An environment is one class::
+An environment is one class, generic in its task and state types::
 
-    class Weather(Environment):
+    class Weather(Environment[Task, None]):
         \"\"\"What's the weather like? One tool, reward for a grounded answer.\"\"\"
 
         @tool
@@ -10,12 +10,13 @@ An environment is one class::
             \"\"\"Get the current weather in a city.\"\"\"
             return {"city": city, "weather_description": f"The weather in {city} is cold."}
 
-        async def verify(self, task, response, state) -> float:
+        async def verify(self, task: Task, response: Response) -> float:
             return 1.0 if "cold" in response.output_text() else 0.0
 
-Per-rollout state lives *in the rollout*, not in the replica: `seed(task)`
-returns a `State` model, every tool that takes a `state` parameter may change
-it, and the agent carries it from call to call. Any replica can therefore
+Per-rollout state lives *in the rollout*, not in the replica: `reset(task)`
+(Gymnasium's name; `seed` is its deprecated old one) returns a `State` model,
+every tool that takes a `state` parameter may change it, and the agent carries
+it from call to call. Any replica can therefore
 serve any call of any rollout, which is what lets the environment tier
 autoscale, and a replica that dies loses no rollout's state.
 """
@@ -23,8 +24,10 @@ autoscale, and a replica that dies loses no rollout's state.
 from __future__ import annotations
 
 import inspect
+import typing
+import warnings
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -54,10 +57,6 @@ class Task(BaseModel):
                     return content
                 return "".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
         return ""
-
-
-AnyTask = Task
-"""`Task`, under a name the `Environment.Task` class attribute does not shadow in method signatures."""
 
 
 class NoConfig(BaseModel):
@@ -94,16 +93,19 @@ class Turn(BaseModel):
     terminated: bool = False
 
 
-class Environment:
-    """Base class of every environment. Subclasses set these class attributes:
+TaskT = TypeVar("TaskT", bound=Task)
+StateT = TypeVar("StateT", bound=BaseModel | None)
 
-    - `Task`: a `Task` subclass declaring the row fields the environment reads.
-    - `State`: a pydantic model for per-rollout state, or `None` (stateless).
-    - `Config`: a pydantic model for the environment's options (from the app config).
 
-    and implement `verify`; `seed`, `user_turn` and `@tool` methods are optional.
-    An environment without `State` may leave the `state` parameter out of
-    `verify`, `user_turn` and its tools.
+class Environment(Generic[TaskT, StateT]):
+    """Base class of every environment: `Environment[MyTask, MyState]` (`None` for no state).
+
+    The type arguments are the environment's `Task` (a `Task` subclass declaring the row fields it reads)
+    and `State` (a pydantic model for per-rollout state, or `None`); an environment may also set them as
+    class attributes. `Config` is a pydantic model for its options (from the app config).
+
+    Subclasses implement `verify`; `reset`, `user_turn` and `@tool` methods are optional.
+    An environment without `State` leaves the `state` parameter out of `verify`, `user_turn` and its tools.
     """
 
     Task: ClassVar[type[Task]] = Task
@@ -124,6 +126,25 @@ class Environment:
     `execute_tool_calls: false`). The tools the model may call come from the row's
     `responses_create_params.tools`."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in getattr(cls, "__orig_bases__", ()):
+            if typing.get_origin(base) is Environment:
+                task, state = typing.get_args(base)
+                if "Task" not in cls.__dict__ and isinstance(task, type) and issubclass(task, Task):
+                    cls.Task = task
+                if "State" not in cls.__dict__ and state is type(None):
+                    cls.State = None
+                elif "State" not in cls.__dict__ and isinstance(state, type) and issubclass(state, BaseModel):
+                    cls.State = state
+        if "seed" in cls.__dict__ and "reset" not in cls.__dict__:  # written for the old name: it still works
+            warnings.warn(
+                f"`{cls.__name__}.seed` is deprecated: name it `reset` (Gymnasium's name for starting an episode)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            cls.reset = cls.__dict__["seed"]  # type: ignore[method-assign]
+
     @classmethod
     def compute_metrics(cls, tasks: list[list[dict[str, Any]]]) -> dict[str, float]:
         """Extra aggregate metrics over an agent's rollouts (grouped by task); merged into `gym-serve profile`'s."""
@@ -138,8 +159,10 @@ class Environment:
 
     @classmethod
     def name(cls) -> str:
-        """The environment's registered name: its package under `envs/`."""
-        return cls.__module__.split(".")[2] if cls.__module__.startswith("gym_serve.envs.") else cls.__name__
+        """The name the registry knows the environment by (`gym_serve.environment.registry.registered_name`)."""
+        from gym_serve.environment.registry import registered_name
+
+        return registered_name(cls)
 
     @classmethod
     def data_dir(cls) -> Path:
@@ -150,11 +173,16 @@ class Environment:
     def tool_specs(cls) -> dict[str, ToolSpec]:
         return {name: ToolSpec.from_function(member) for name, member in inspect.getmembers(cls) if is_tool(member)}
 
-    async def seed(self, task: AnyTask) -> BaseModel | None:
-        """Create the state of a new rollout. The default is `State()` (or none)."""
-        return self.State() if self.State is not None else None
+    async def reset(self, task: TaskT) -> StateT:
+        """Start a new rollout: its state. The default is `State()` (or None without one)."""
+        return typing.cast(StateT, self.State() if self.State is not None else None)
 
-    async def user_turn(self, task: AnyTask, response: Response, state: BaseModel | None) -> Turn | None:
+    async def seed(self, task: TaskT) -> StateT:
+        """Deprecated: `reset`, under its old name."""
+        warnings.warn("`Environment.seed` is deprecated: call `reset`", DeprecationWarning, stacklevel=2)
+        return await self.reset(task)
+
+    async def user_turn(self, task: TaskT, response: Response, state: StateT) -> Turn | None:
         """Optional: answer the model's message, for multi-turn games and simulated users.
 
         Called when the model answers without a tool call; `response.output` is
@@ -164,6 +192,6 @@ class Environment:
         """
         return None
 
-    async def verify(self, task: AnyTask, response: Response, state: BaseModel | None) -> float | Verdict:
+    async def verify(self, task: TaskT, response: Response, state: StateT) -> float | Verdict:
         """Score the finished episode: `response.output` holds every item of it."""
         raise NotImplementedError(f"{type(self).__name__} must implement `verify`")

@@ -22,9 +22,18 @@ from gym_serve.environment.core import Environment
 from gym_serve.environment.nemo_gym.catalog import PREFIX as NEMO_GYM_PREFIX
 from gym_serve.errors import EnvError
 
-__all__ = ["ENTRY_POINT_GROUP", "available_environments", "installed_environments", "load_environment_class"]
+__all__ = [
+    "BUILTIN_PACKAGE",
+    "ENTRY_POINT_GROUP",
+    "available_environments",
+    "installed_environments",
+    "load_environment_class",
+    "registered_name",
+]
 
 ENTRY_POINT_GROUP = "gym_serve.environments"
+BUILTIN_PACKAGE = "gym_serve.envs"
+"""The built-in environments: one sub-package each (the repository's `envs/`)."""
 
 
 def available_environments() -> list[str]:
@@ -39,10 +48,34 @@ def installed_environments() -> dict[str, EntryPoint]:
 
 def _builtin() -> list[str]:
     try:
-        package = importlib.import_module("gym_serve.envs")
+        package = importlib.import_module(BUILTIN_PACKAGE)
     except ImportError:
         return []
     return sorted(info.name for info in pkgutil.iter_modules(package.__path__) if info.ispkg)
+
+
+def registered_name(cls: type[Environment]) -> str:
+    """The name `cls` is registered under: its built-in package's, or its entry point's.
+
+    A class the registry does not name (one loaded by import path, or a test's) goes by its class name.
+    """
+    if cls not in _names:
+        _names[cls] = _name_of(cls)
+    return _names[cls]
+
+
+_names: dict[type[Environment], str] = {}
+
+
+def _name_of(cls: type[Environment]) -> str:
+    package, _, rest = cls.__module__.partition(f"{BUILTIN_PACKAGE}.")
+    if not package and rest.partition(".")[0] in _builtin():
+        return rest.partition(".")[0]
+    path = f"{cls.__module__}:{cls.__qualname__}"
+    for name, entry in installed_environments().items():
+        if entry.value == path:
+            return name
+    return cls.__name__
 
 
 def load_environment_class(name: str) -> type[Environment]:
@@ -61,7 +94,7 @@ def load_environment_class(name: str) -> type[Environment]:
         entry = installed[name]
         if name in builtin:
             raise EnvError(
-                f"two environments are named `{name}`: the built-in `gym_serve.envs.{name}` and "
+                f"two environments are named `{name}`: the built-in `{BUILTIN_PACKAGE}.{name}` and "
                 f"`{entry.value}` of the installed package `{_distribution(entry)}`; rename the package's entry point"
             )
         try:
@@ -77,7 +110,7 @@ def load_environment_class(name: str) -> type[Environment]:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" Did you mean `{close[0]}`?" if close else f" Known environments: {', '.join(known) or 'none'}."
         raise EnvError(f"unknown environment `{name}`.{hint}")
-    module = importlib.import_module(f"gym_serve.envs.{name}")
+    module = importlib.import_module(f"{BUILTIN_PACKAGE}.{name}")
     classes = [
         obj
         for obj in vars(module).values()
@@ -85,7 +118,9 @@ def load_environment_class(name: str) -> type[Environment]:
     ]
     if len(classes) != 1:
         found = ", ".join(c.__name__ for c in classes) or "none"
-        raise EnvError(f"package `gym_serve.envs.{name}` must export exactly one Environment subclass, found: {found}")
+        raise EnvError(
+            f"package `{BUILTIN_PACKAGE}.{name}` must export exactly one Environment subclass, found: {found}"
+        )
     return classes[0]
 
 

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from gym_serve.environment.core import Environment, Task, Verdict
 from gym_serve.environment.tools import STATE_PARAM, ToolSpec
 from gym_serve.errors import EnvError, GymServeError, InputError, ToolError, VerifierTimeoutError, VerifyError
+from gym_serve.wire.pieces import field_path
 from gym_serve.wire.responses import Response
 
 __all__ = ["EnvInfo", "EnvRunner"]
@@ -60,7 +61,7 @@ class EnvRunner:
         self.info = EnvInfo(
             name=type(env).name(),
             tools=[spec.schema() for spec in self.specs.values()],
-            has_seed=type(env).seed is not Environment.seed or type(env).State is not None,
+            has_seed=type(env).reset is not Environment.reset or type(env).State is not None,
             has_user_turn=type(env).user_turn is not Environment.user_turn,
             execute_tool_calls=type(env).execute_tool_calls,
             verify_timeout_s=env.verify_timeout_s,
@@ -74,9 +75,9 @@ class EnvRunner:
     async def seed(self, row: dict[str, Any]) -> State:
         task = self._task(row)
         try:
-            state = await self.env.seed(task)
+            state = await self.env.reset(task)
         except Exception as e:
-            raise EnvError(f"`{type(self.env).name()}.seed` raised {type(e).__name__}: {e}") from e
+            raise EnvError(f"`{type(self.env).name()}.reset` raised {type(e).__name__}: {e}") from e
         return _dump(state)
 
     async def call_tools(self, calls: list[dict[str, Any]], state: State) -> tuple[list[dict[str, Any]], State]:
@@ -153,8 +154,8 @@ class EnvRunner:
         try:
             return self.env.Task.model_validate(row)
         except ValidationError as e:
-            problems = "; ".join(f"`{'.'.join(map(str, err['loc'])) or '(row)'}`: {err['msg']}" for err in e.errors())
-            field = ".".join(map(str, e.errors()[0]["loc"])) or None
+            problems = "; ".join(f"`{field_path(err['loc']) or '(row)'}`: {err['msg']}" for err in e.errors())
+            field = field_path(e.errors()[0]["loc"]) or None
             raise InputError(
                 f"row does not fit `{type(self.env).name()}`'s task fields: {problems}",
                 source=f"environment `{type(self.env).name()}`",

@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from gym_serve.wire.pieces import field_path
+
 __all__ = ["ToolSpec", "tool"]
 
 STATE_PARAM = "state"
@@ -115,9 +117,7 @@ class ToolSpec:
         try:
             validated = self.arguments.model_validate(raw)
         except ValidationError as e:
-            problems = "; ".join(
-                f"`{'.'.join(str(p) for p in err['loc']) or '(root)'}`: {err['msg']}" for err in e.errors()
-            )
+            problems = "; ".join(f"`{field_path(err['loc']) or '(root)'}`: {err['msg']}" for err in e.errors())
             raise ValueError(f"invalid arguments for `{self.name}`: {problems}") from e
         return {name: getattr(validated, name) for name in type(validated).model_fields}
 

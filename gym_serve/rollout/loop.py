@@ -45,6 +45,7 @@ from gym_serve.errors import (
     VerifyError,
     failure_kind,
 )
+from gym_serve.wire.pieces import input_items, user_message
 from gym_serve.wire.tokens import policy_version_range
 
 __all__ = ["AgentConfig", "EnvClient", "ModelClient", "run_episode"]
@@ -102,7 +103,7 @@ async def run_episode(
         state = await _call("environment `seed`", env.seed(row), EnvError, config)
 
     tools = params.get("tools") or env_info.tools
-    conversation = _input_items(params["input"])
+    conversation = input_items(params["input"])
     output: list[dict[str, Any]] = []
     usage = {key: 0 for key in (*_USAGE_KEYS, "cached_tokens")}
     response: dict[str, Any] = {}
@@ -141,7 +142,7 @@ async def run_episode(
                 break
             step_rewards.append(float(turn["reward"]))
             if turn.get("message"):
-                output.append({"type": "message", "role": "user", "content": turn["message"]})
+                output.append(user_message(turn["message"]))
             if turn["terminated"]:
                 terminated = True
                 break
@@ -195,12 +196,6 @@ async def _call(what: str, call: Any, tier_error: type[GymServeError], config: A
         if kind is FailureKind.AGENT_RUN_ERROR:
             kind = tier_error.kind
         raise RolloutError(f"{what} failed: {type(e).__name__}: {e}", kind=kind) from e
-
-
-def _input_items(value: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
-    if isinstance(value, str):
-        return [{"type": "message", "role": "user", "content": value}]
-    return list(value)
 
 
 def _session_id(row: dict[str, Any]) -> str | None:

@@ -30,6 +30,7 @@ from typing import Any
 from gym_serve.errors import InputError, ReplayMissError
 from gym_serve.verifiers.non_answer import REPLAY_MISS_PREFIX
 from gym_serve.wire.jsonl import read_jsonl
+from gym_serve.wire.pieces import assistant_message, input_items, usage
 
 __all__ = ["MISS_PREFIX", "ReplayModel", "conversation_key", "miss_text"]
 
@@ -149,20 +150,14 @@ class ReplayModel:
             "model": self.name,
             "status": "completed",
             "output": [dict(item) for item in output],
-            "usage": {
-                "input_tokens": input_tokens,
-                "output_tokens": output_tokens,
-                "total_tokens": input_tokens + output_tokens,
-                "input_tokens_details": {"cached_tokens": 0},
-                "output_tokens_details": {"reasoning_tokens": 0},
-            },
+            "usage": usage(input_tokens, output_tokens),
             "metadata": {"replay_variant": variant},
         }
 
 
 def _conversation(params: dict[str, Any]) -> list[dict[str, Any]]:
     value = params.get("input", [])
-    items = [{"type": "message", "role": "user", "content": value}] if isinstance(value, str) else list(value)
+    items = input_items(value)
     instructions = params.get("instructions")
     if instructions:
         items.insert(0, {"type": "message", "role": "system", "content": instructions})
@@ -205,17 +200,7 @@ def _is_final(output: list[dict[str, Any]]) -> bool:
 
 def _corrupt(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
     kept = [item for item in output if item.get("type") != "message"]
-    return [*kept, _message(CORRUPTED_ANSWER, "msg_replay_corrupted")]
-
-
-def _message(text: str, item_id: str) -> dict[str, Any]:
-    return {
-        "type": "message",
-        "id": item_id,
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
+    return [*kept, assistant_message(CORRUPTED_ANSWER, "msg_replay_corrupted")]
 
 
 def _text(content: Any) -> str:

@@ -1,2 +1,3 @@
-"""Serving plumbing: application config, deploying Serve applications, micro-batched handle calls,
-replica counts and the autoscaling policy of the batched tiers."""
+"""Deploy-time: application config, joining a cluster, deploying Serve applications, secrets for replicas.
+
+What runs inside the replicas once deployed (the calls between tiers) is `gym_serve.calls`."""

@@ -44,11 +44,12 @@ from pydantic import (
 from gym_serve.environment import nemo_gym
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.errors import ConfigError, EnvError
+from gym_serve.models.synthetic import Latency
 from gym_serve.rollout.loop import AgentConfig
-from gym_serve.testing.synthetic import Latency
+from gym_serve.wire.pieces import field_path
 
 if TYPE_CHECKING:
-    from gym_serve.serving.http_endpoint import HTTPEndpoint
+    from gym_serve.models.http_endpoint import HTTPEndpoint
 
 __all__ = [
     "AgentArgs",
@@ -94,7 +95,7 @@ class DeploymentOptions(BaseModel):
         """These options over `defaults`, with autoscaling replacing a fixed replica count.
 
         `autoscaling_defaults` fill in what an `autoscaling_config` leaves out (the
-        batched tiers' policy, see `gym_serve.serving.autoscaling`).
+        batched tiers' policy, see `gym_serve.calls.autoscaling`).
         """
         options = {**defaults, **self.model_dump(exclude_none=True)}
         if "autoscaling_config" in options:
@@ -129,7 +130,7 @@ class NemoGymEnvironmentArgs(BaseModel):
     """A NeMo Gym resources server, unchanged, hosted in each Environment replica (`gym_serve.environment.nemo_gym`).
 
     A rollout's calls are routed to the replica that seeded it, which holds its
-    session (`gym_serve.serving.routing`).
+    session (`gym_serve.calls.routing`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -245,7 +246,7 @@ class VLLMModelArgs(BaseModel):
         default=32,
         ge=0,
         description="Session buckets an agent splits its model calls into, so that all calls of a rollout reach "
-        "one replica and reuse its prefix cache (gym_serve.serving.routing); 0 turns affinity off.",
+        "one replica and reuse its prefix cache (gym_serve.calls.routing); 0 turns affinity off.",
     )
     weight_sync_interval_s: float = Field(
         default=5.0, gt=0, description="How often a replica checks it serves the policy's current weights."
@@ -271,8 +272,8 @@ class HTTPModelArgs(BaseModel):
 
         Without a `base_url`, the OpenAI API, as the openai client defaults.
         """
+        from gym_serve.models.http_endpoint import HTTPEndpoint
         from gym_serve.serving import secrets
-        from gym_serve.serving.http_endpoint import HTTPEndpoint
 
         key = self.api_key.get_secret_value() if self.api_key else secrets.lookup(self.api_key_env) or ""
         return HTTPEndpoint(
@@ -397,8 +398,7 @@ def validate_app_args(args: dict[str, Any], *, source: str, app: str) -> AppArgs
         parsed = AppArgs.model_validate(args)
     except ValidationError as e:
         err = e.errors()[0]
-        key = ".".join(str(part) for part in err["loc"])
-        raise ConfigError(err["msg"], source=source, key=f"applications[{app}].args.{key}") from e
+        raise ConfigError(err["msg"], source=source, key=f"applications[{app}].args.{field_path(err['loc'])}") from e
     environment = parsed.environment
     try:
         if isinstance(environment, NemoGymEnvironmentArgs):
@@ -437,7 +437,7 @@ def load_serve_config(path: str | Path) -> list[AppSpec]:
             spec = AppSpec.model_validate(entry)
         except ValidationError as e:
             err = e.errors()[0]
-            key = f"applications[{i}]." + ".".join(str(part) for part in err["loc"])
+            key = f"applications[{i}].{field_path(err['loc'])}"
             raise ConfigError(err["msg"], source=source, key=key) from e
         if spec.import_path == BUILDER:
             spec.app_args(source)
@@ -460,7 +460,7 @@ def _check_serve_schema(raw: dict[str, Any], source: str) -> None:
         ServeDeploySchema.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
-        key = ".".join(str(part) for part in err["loc"]) or None
+        key = field_path(err["loc"]) or None
         message = str(err["msg"]).removeprefix("Value error, ")
         if "route prefix" in message:
             message += " Give each HTTP application its own `route_prefix`, and `route_prefix: null` to the others."

@@ -1,2 +1,2 @@
-"""Stand-ins for tests and benchmarks: synthetic latency and load, the tiny local model, pytest fixtures.
-Never on a production path."""
+"""Stand-ins for tests and benchmarks: an instant OpenAI-compatible server, recording examples, pytest fixtures.
+Never on a production path (an import-linter contract holds it)."""

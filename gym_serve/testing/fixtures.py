@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from gym_serve.rollout.local import run_local
 from gym_serve.rollout.replay import ReplayModel
 from gym_serve.wire.jsonl import read_jsonl
 
-__all__ = ["example_rows", "replay_examples", "serve_instance", "unique"]
+__all__ = ["example_rows", "replay_examples", "serve_instance", "tiny_model", "unique"]
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +34,15 @@ def serve_instance() -> Iterator[None]:
     yield
     serve.shutdown()
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny local chat model (`gym_serve.models.tiny_model`), made once per test run for every module that
+    loads it (making it takes seconds: a tokenizer is trained). Read-only: write beside it, never into it."""
+    from gym_serve.models.tiny_model import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 def unique(prefix: str) -> str:

@@ -32,6 +32,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from gym_serve.wire.pieces import assistant_message, input_items, usage
+
 __all__ = ["city_of", "instant_app", "start_instant_server"]
 
 _ALIASES = {"sf": "San Francisco", "nyc": "New York", "la": "Los Angeles"}
@@ -73,9 +75,7 @@ def _text(content: Any) -> str:
 
 async def _responses(request: web.Request) -> web.Response:
     body = orjson.loads(await request.read())
-    items = body.get("input") or []
-    if isinstance(items, str):
-        items = [{"type": "message", "role": "user", "content": items}]
+    items = input_items(body.get("input") or [])
     outputs = [item for item in items if item.get("type") == "function_call_output"]
     n = next(_ids)
     if outputs:
@@ -148,23 +148,11 @@ async def _chat_completions(request: web.Request) -> web.Response:
 
 
 def _message(n: int, text: str) -> dict[str, Any]:
-    return {
-        "type": "message",
-        "id": f"msg_{n}",
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
+    return assistant_message(text, f"msg_{n}")
 
 
 def _usage() -> dict[str, Any]:
-    return {
-        "input_tokens": 64,
-        "output_tokens": 16,
-        "total_tokens": 80,
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens_details": {"reasoning_tokens": 0},
-    }
+    return usage(64, 16)
 
 
 def _json(payload: dict[str, Any]) -> web.Response:

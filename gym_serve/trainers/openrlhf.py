@@ -173,10 +173,10 @@ class GymServeAgentExecutor(AgentExecutorBase):
                 raise InputError(f"{type(self).__name__}.environment: name the gym-serve application to run")
             from ray import serve
 
-            from gym_serve.deployments.agent import _HandleEnv  # the Agent tier's own client of the tier
+            from gym_serve.calls.handles import EnvironmentHandle  # the Agent tier's own client of the tier
 
             handle = serve.get_deployment_handle("Environment", app_name=self.environment)
-            self._env, self._env_info = _HandleEnv(handle), await handle.describe.remote()
+            self._env, self._env_info = EnvironmentHandle(handle), await handle.describe.remote()
         return self._env, self._env_info
 
 

@@ -23,6 +23,7 @@ import time
 import uuid
 from typing import Any
 
+from gym_serve.wire.pieces import assistant_message, input_items, usage
 from gym_serve.wire.tokens import TOKEN_FIELDS
 
 __all__ = [
@@ -61,9 +62,7 @@ def responses_request_to_chat(params: dict[str, Any]) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
     if params.get("instructions"):
         messages.append({"role": "system", "content": params["instructions"]})
-    items = params.get("input", [])
-    if isinstance(items, str):
-        items = [{"type": "message", "role": "user", "content": items}]
+    items = input_items(params.get("input", []))
     pending_reasoning: str | None = None
     for item in items:
         kind = item.get("type", "message")
@@ -199,7 +198,6 @@ def chat_response_to_responses(completion: dict[str, Any], *, tool_calls_in_text
                 "status": "completed",
             }
         )
-    usage = completion.get("usage") or {}
     response: dict[str, Any] = {
         "id": completion.get("id", f"resp_{uuid.uuid4().hex}"),
         "object": "response",
@@ -207,15 +205,7 @@ def chat_response_to_responses(completion: dict[str, Any], *, tool_calls_in_text
         "model": completion.get("model"),
         "status": "completed",
         "output": output,
-        "usage": {
-            "input_tokens": usage.get("prompt_tokens", 0),
-            "output_tokens": usage.get("completion_tokens", 0),
-            "total_tokens": usage.get(
-                "total_tokens", usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
-            ),
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens_details": {"reasoning_tokens": 0},
-        },
+        "usage": _usage(completion.get("usage") or {}),
     }
     if choice.get("finish_reason") == "length":
         response["status"] = "incomplete"
@@ -278,10 +268,10 @@ def _reasoning_item(text: str) -> dict[str, Any]:
 
 
 def _output_message(text: str) -> dict[str, Any]:
-    return {
-        "type": "message",
-        "id": f"msg_{uuid.uuid4().hex[:12]}",
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
+    return assistant_message(text, f"msg_{uuid.uuid4().hex[:12]}")
+
+
+def _usage(counted: dict[str, Any]) -> dict[str, Any]:
+    """Chat's usage counts as a Responses `usage` (its total as the provider gives it)."""
+    prompt, completion = counted.get("prompt_tokens", 0), counted.get("completion_tokens", 0)
+    return {**usage(prompt, completion), "total_tokens": counted.get("total_tokens", prompt + completion)}

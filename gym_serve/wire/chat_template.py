@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from gym_serve.wire.chat import responses_request_to_chat
+from gym_serve.wire.pieces import input_items
 
 __all__ = ["ChatTokenizer", "Tokenizer"]
 
@@ -37,7 +38,7 @@ class ChatTokenizer:
         """The prompt's token ids: the last call's ids extended by the new turns, or the whole conversation
         rendered (a first call, or a template whose rendering of the history changed)."""
         given = request["input"]
-        items = [{"type": "message", "role": "user", "content": given}] if isinstance(given, str) else list(given)
+        items = input_items(given)
         chat = responses_request_to_chat({**request, "input": items})
         full = self.render(chat["messages"], chat.get("tools"), generation_prompt=True)
         last = max((i for i, item in enumerate(items) if "generation_token_ids" in item), default=None)

@@ -41,6 +41,8 @@ from pydantic import (
     model_validator,
 )
 
+from gym_serve.wire.pieces import field_path, user_message
+
 __all__ = [
     "AgentRef",
     "FunctionCall",
@@ -230,7 +232,7 @@ class ResponseCreateParams(_Open):
     def input_items(self) -> list[dict[str, Any]]:
         """The input as a list of items; a bare string is one user message."""
         if isinstance(self.input, str):
-            return [{"type": "message", "role": "user", "content": self.input}]
+            return [user_message(self.input)]
         return [item.model_dump(exclude_unset=True) for item in self.input]
 
 
@@ -328,8 +330,8 @@ def _other_branch(error: Any, given: Any) -> bool:
 
 def _path(loc: tuple[int | str, ...]) -> str:
     """`responses_create_params.input.2.role` (union branches pydantic adds, e.g. `list[...]`, left out)."""
-    parts = [str(part) for part in loc if not (isinstance(part, str) and ("[" in part or part in _BRANCHES))]
-    return ".".join(parts) or "(row)"
+    parts = [part for part in loc if not (isinstance(part, str) and ("[" in part or part in _BRANCHES))]
+    return field_path(parts) or "(row)"
 
 
 _BRANCHES = {"str", "list", "message", "function_call", "function_call_output", "reasoning", "int", "constrained-str"}

@@ -22,6 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gym_serve.wire.pieces import usage
+
 __all__ = [
     "POLICY_VERSION",
     "POLICY_VERSION_SPANS",
@@ -140,12 +142,7 @@ def token_response(
         "model": model,
         "status": "completed",
         "output": output,
-        "usage": {
-            "input_tokens": len(prompt_ids),
-            "output_tokens": len(generated),
-            "total_tokens": len(prompt_ids) + len(generated),
-            "input_tokens_details": {"cached_tokens": cached_tokens},
-        },
+        "usage": usage(len(prompt_ids), len(generated), cached_tokens=cached_tokens),
     }
     if finish_reason == "length":
         response["status"] = "incomplete"

@@ -286,8 +286,8 @@ async def rewards_through_serve(solutions: dict[str, str]) -> dict[str, dict[str
     Called by a driver of whichever Ray cluster runs (this test's, or one running as `nobody`)."""
     from ray import serve
 
+    from gym_serve.calls.batching import BatchedResponses
     from gym_serve.deployments.app import build_app
-    from gym_serve.serving.batching import BatchedResponses
     from gym_serve.serving.config import AppArgs
 
     @serve.deployment(name="Model", ray_actor_options={"num_cpus": 0})

@@ -208,8 +208,8 @@ def code_row(code: str, i: int) -> dict:
 async def test_a_serve_replica_contains_hostile_code_and_keeps_serving(serve_instance: None) -> None:
     from ray import serve
 
+    from gym_serve.calls.batching import BatchedResponses
     from gym_serve.deployments.app import build_app
-    from gym_serve.serving.batching import BatchedResponses
     from gym_serve.serving.config import AppArgs
 
     @serve.deployment(name="Model", ray_actor_options={"num_cpus": 0})

@@ -146,11 +146,11 @@ class PolicyWeights:
     """Weight updates and versions of one application's vLLM Model tier, for code in the same Ray cluster."""
 
     def __init__(self, app: str, *, timeout_s: float = 600.0) -> None:
-        from ray import serve
+        from gym_serve.calls.handles import model_handle
 
         self.app = app
         self.timeout_s = timeout_s
-        self._handle = serve.get_deployment_handle("Model", app_name=app)
+        self._handle = model_handle(app)
         self._store = policy_store(app)
 
     async def current(self) -> int:

@@ -14,7 +14,7 @@ A Serve request carries a routing key in `handle.options(session_id=...)`
 - no key: the less loaded of two random replicas (Serve's default policy),
   e.g. a rollout's first call.
 
-Calls are micro-batched (`gym_serve.serving.batching`), and a batch is one
+Calls are micro-batched (`gym_serve.calls.batching`), and a batch is one
 request: `MicroBatcher(route=...)` sends the calls of different keys in
 different requests, so every call travels under its own key.
 
@@ -45,7 +45,7 @@ __all__ = [
     "session_router_config",
 ]
 
-ROUTER = "gym_serve.serving.routing:SessionRouter"
+ROUTER = "gym_serve.calls.routing:SessionRouter"
 """The import path a deployment's `request_router_config` names."""
 
 REPLICA_KEY = "_gs_replica"

@@ -1,7 +1,7 @@
 """Autoscaling the batched tiers on the work they hold, not on Serve's request count.
 
 The Agent, Environment and Model tiers take their calls in
-micro-batches (`gym_serve.serving.batching`): one Serve request may carry 64 calls.
+micro-batches (`gym_serve.calls.batching`): one Serve request may carry 64 calls.
 Serve's default policy scales on ongoing *requests*, so it would see one
 where a replica is working on 64 and never scale. Instead each of these
 replicas counts the calls it is working on (`Load`), reports the count as
@@ -25,16 +25,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from functools import wraps
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 if TYPE_CHECKING:
     from ray.serve.config import AutoscalingContext
 
-__all__ = ["BATCHED_TIER_AUTOSCALING", "METRIC", "Load", "calls_in_flight_policy"]
+__all__ = ["BATCHED_TIER_AUTOSCALING", "METRIC", "Load", "calls_in_flight_policy", "counted"]
 
 METRIC = "calls_in_flight"
 BATCHED_TIER_AUTOSCALING: dict[str, Any] = {
-    "policy": {"policy_function": "gym_serve.serving.autoscaling:calls_in_flight_policy"},
+    "policy": {"policy_function": "gym_serve.calls.autoscaling:calls_in_flight_policy"},
     "metrics_interval_s": 1.0,
 }
 """The defaults merged under a batched tier's `autoscaling_config`."""
@@ -44,27 +44,48 @@ R = TypeVar("R")
 
 
 class Load:
-    """How many calls one replica is working on, however they arrived (alone or in a batch)."""
+    """How many calls one replica is working on, however they arrived (alone or in a batch).
+
+    `with load:` counts what runs inside it; `track(fn)` is `fn` counted; a deployment's methods are counted
+    in its `self.load` with `@counted`.
+    """
 
     def __init__(self) -> None:
         self.in_flight = 0
+
+    def __enter__(self) -> None:
+        self.in_flight += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.in_flight -= 1
 
     def track(self, fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         """`fn`, counted while it runs."""
 
         @wraps(fn)
         async def tracked(*args: P.args, **kwargs: P.kwargs) -> R:
-            self.in_flight += 1
-            try:
+            with self:
                 return await fn(*args, **kwargs)
-            finally:
-                self.in_flight -= 1
 
         return tracked
 
     def stats(self) -> dict[str, float]:
         """What a deployment's `record_autoscaling_stats` returns."""
         return {METRIC: float(self.in_flight)}
+
+
+S = TypeVar("S")
+
+
+def counted(method: Callable[Concatenate[S, P], Awaitable[R]]) -> Callable[Concatenate[S, P], Awaitable[R]]:
+    """A deployment's method, written in its class body, counted in the replica's `self.load` while it runs."""
+
+    @wraps(method)
+    async def counting(self: S, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self.load:  # type: ignore[attr-defined]
+            return await method(self, *args, **kwargs)
+
+    return counting
 
 
 def calls_in_flight_policy(ctx: AutoscalingContext) -> tuple[float, dict[str, Any]]:

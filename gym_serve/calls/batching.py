@@ -19,12 +19,12 @@ otherwise it waits for company, at most 5 % of the calls' observed latency and
 never more than `max_wait_s`. Batching thus adds at most 5 % to a call's latency.
 
 With `parts`, each turn's calls are split into that many requests (one per
-replica of the target: `gym_serve.serving.replica_count`), so that Serve's router
+replica of the target: `gym_serve.calls.replica_count`), so that Serve's router
 spreads a turn's work over the replicas instead of giving it all to one.
 
 With `route`, calls that must reach a particular replica say so (a rollout's
 session: the environment replica that holds it, or the model replica whose
-prefix cache holds its history; `gym_serve.serving.routing`): `route(item)` is
+prefix cache holds its history; `gym_serve.calls.routing`): `route(item)` is
 the call's routing key, each turn's calls are grouped by key, and each group is
 sent as `send(items, key)`, so the request carries its calls' key (calls without
 a key are split by `parts` and sent with the key None).
@@ -44,7 +44,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
-__all__ = ["BatchedResponses", "MicroBatcher", "agent_batcher", "stream_batch"]
+__all__ = ["BatchedResponses", "MicroBatcher", "stream_batch"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -156,21 +156,6 @@ class MicroBatcher(Generic[T, R]):
         self.latency_s += _SMOOTHING * (seconds - self.latency_s)
 
 
-def agent_batcher(agent: str) -> MicroBatcher[dict[str, Any], dict[str, Any]]:
-    """Rows to an agent application's `run_batch`, up to 32 per request, split over its running Agent replicas.
-
-    The one way rollouts enter the Agent tier: the driver actor and the HTTP ingress both use it.
-    """
-    from ray import serve
-
-    from gym_serve.serving.replica_count import replica_counts
-
-    run_batch = serve.get_app_handle(agent).options(stream=True).run_batch
-    return MicroBatcher(
-        lambda rows: run_batch.remote(rows), max_size=32, parts=functools.partial(replica_counts.of, agent, "Agent")
-    )
-
-
 _LATENCY_SHARE = 0.05
 """A call waits for company at most this share of the calls' latency."""
 _SMOOTHING = 0.2
@@ -225,7 +210,7 @@ class BatchedResponses:
         """Session buckets a caller splits its batches into for session affinity; None: this tier wants none.
 
         A tier that benefits from seeing all calls of a rollout (a prefix cache) returns
-        the number of buckets and routes with `gym_serve.serving.routing.SessionRouter`.
+        the number of buckets and routes with `gym_serve.calls.routing.SessionRouter`.
         """
         return None
 

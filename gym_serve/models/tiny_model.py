@@ -8,7 +8,7 @@ plain transformers forward pass load the *same* weights. The model is
 untrained: what it says is noise, but its token ids and log-probabilities
 are real, which is what the token-fidelity tests need.
 
-    python -m gym_serve.testing.tiny_model /tmp/tiny-model
+    python -m gym_serve.models.tiny_model /tmp/tiny-model
 """
 
 from __future__ import annotations

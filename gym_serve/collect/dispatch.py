@@ -1,0 +1,339 @@
+"""The dispatcher: the one way rollouts start, whichever front door they come through.
+
+Rollouts enter by three doors: a collection of a file (`gym_serve.collect.driver`, in the driver actor), the
+in-cluster stream to a trainer (`gym_serve.collect.stream`), and the HTTP ingress (`gym_serve.deployments.
+ingress`). Each hands its rows to a `Dispatcher`, which does the same jobs the same way for all of them:
+
+1. resolving a row: its problems (`gym_serve.wire.responses.row_problems`, with the sampling overrides
+   applied: what runs is what is checked), then its agent (`agent_ref.name`, else the default);
+2. expanding rows × repeats (one count, or one per agent) with NeMo Gym's numbering (`TaskIndex`: identical
+   rows are one task, numbered in order of first appearance; a row's own `_ng_task_index` stands);
+3. merging the sampling overrides into each row's `responses_create_params`;
+4. bounding what is in flight (`AdaptiveWindow`: it halves on Serve's back-pressure and grows back);
+5. sending each rollout to its agent (`gym_serve.calls.handles.AgentBatchers`: one micro-batcher per agent),
+   with retries, deadlines and failure rows (`gym_serve.collect.attempts`) and the staleness bound
+   (`gym_serve.collect.staleness`).
+
+A door adds only its own medium: the file collection reads lines, shards and resumes, and writes files; the
+stream and the ingress yield results as they finish. A row that cannot run is a `Rejected` (its `InputError`
+names line and field): a door writes it as a `bad_input` failure row, or refuses the whole request with it.
+
+The seams later work builds on: `send` is any `(agent, row) → rollout` (another kind of agent application is
+another Serve application behind the same `run_batch`); `run` takes the attempts a rollout already spent, so
+a resumed rollout continues its count; `window` is the one in-flight bound a door may pause or resize.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import functools
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gym_serve.collect.attempts import Outcome, RetryPolicy, failure_row, run_attempts
+from gym_serve.collect.staleness import Staleness
+from gym_serve.collect.task_index import TaskIndex
+from gym_serve.collect.window import AdaptiveWindow
+from gym_serve.errors import FailureKind, InputError
+from gym_serve.wire.responses import row_problems
+
+__all__ = [
+    "Dispatcher",
+    "Rejected",
+    "Repeats",
+    "Rollout",
+    "RolloutStream",
+    "RowProblems",
+    "Send",
+    "UnknownAgent",
+    "check_repeats",
+    "repeats_for",
+]
+
+Repeats = int | Mapping[str, int]
+"""Rollouts per task: one count for every agent, or a count per agent name (1 for an agent it leaves out)."""
+
+Send = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+"""Runs one rollout row on the named agent and returns the rollout row."""
+
+
+class RowProblems(InputError):
+    """Raised when an input row does not fit the protocol models; `problems` holds every `(field, what is wrong)`."""
+
+    def __init__(self, problems: list[tuple[str, str]], *, source: str | None = None, line: int | None = None) -> None:
+        (field, first), rest = problems[0], problems[1:]
+        more = "; ".join(f"`{f}`: {m}" for f, m in rest[:4])
+        super().__init__(
+            first + (f" (and {len(rest)} more: {more})" if rest else ""), source=source, line=line, field=field
+        )
+        self.problems = problems
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _row_problems, (self.problems, self.source, self.line)
+
+
+def _row_problems(problems: list[tuple[str, str]], source: str | None, line: int | None) -> RowProblems:
+    return RowProblems(problems, source=source, line=line)
+
+
+class UnknownAgent(InputError):
+    """Raised when a row names an agent that is not deployed here (the ingress answers it with 404)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Rollout:
+    """One rollout to run: its agent, and its row with `_ng_task_index` and `_ng_rollout_index` set."""
+
+    agent: str
+    row: dict[str, Any]
+    line: int
+    """The input row's position: a file's line, a request's row number (from 1)."""
+
+    @property
+    def task(self) -> int:
+        return int(self.row["_ng_task_index"])
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        """(agent, task, rollout): the rollout's identity in a collection's files."""
+        return self.agent, self.task, int(self.row["_ng_rollout_index"])
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """An input row that cannot run; its `error` names the line and the field."""
+
+    line: int
+    error: InputError
+
+    def failure_row(self, source: str | None) -> dict[str, Any]:
+        """The `bad_input` row it leaves among the failures (NeMo Gym's failures-sidecar shape)."""
+        return failure_row({"line": self.line, "source": source}, FailureKind.BAD_INPUT, str(self.error), 0)
+
+
+def repeats_for(num_repeats: Repeats, agent: str) -> int:
+    return num_repeats if isinstance(num_repeats, int) else num_repeats.get(agent, 1)
+
+
+def check_repeats(num_repeats: Repeats, agents: Sequence[str]) -> None:
+    """A mistyped agent in per-agent repeats would silently run 1 repeat: it is a `ValueError` instead."""
+    if isinstance(num_repeats, int):
+        return
+    for name in sorted(set(num_repeats) - set(agents)):
+        close = difflib.get_close_matches(name, agents, n=1)
+        hint = f"did you mean `{close[0]}`? " if close else ""
+        raise ValueError(
+            f"num_repeats names `{name}`, which is not an agent here; {hint}"
+            f"the agents are: {', '.join(agents) or 'none'}"
+        )
+
+
+class Dispatcher:
+    """Resolves, expands and runs rollout rows on the agent applications `agents` (see the module docstring).
+
+    `agents` may be a callable giving the names (read once, at the first row that needs them): the in-cluster
+    stream asks Serve which applications are agents.
+    """
+
+    def __init__(
+        self,
+        agents: Sequence[str] | Callable[[], Sequence[str]],
+        *,
+        default_agent: str | None = None,
+        policy: RetryPolicy | None = None,
+        max_in_flight: int = 64,
+        staleness: Staleness | None = None,
+        send: Send | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self._agents = agents
+        self.default_agent = default_agent
+        self.policy = policy or RetryPolicy()
+        self.window = AdaptiveWindow(max_in_flight)
+        self.staleness = staleness
+        self.send = send if send is not None else _agent_batchers()
+        self.backpressure_waits = 0
+        self._rng = random.Random(seed)
+
+    @property
+    def agents(self) -> Sequence[str]:
+        if callable(self._agents):
+            self._agents = list(self._agents())
+        return self._agents
+
+    # ---- resolving and expanding rows ---------------------------------------------------------------------
+
+    def resolve(self, row: Any, *, line: int, source: str | None = None) -> str:
+        """The agent of a row that can run (overrides already merged); raises `InputError` naming what is wrong."""
+        problems = row_problems(row)
+        if problems:
+            raise RowProblems(problems, source=source, line=line)
+        name = (row.get("agent_ref") or {}).get("name") or self.default_agent
+        if not name:
+            deployed = ", ".join(self.agents)
+            raise InputError(
+                f"no `agent_ref.name` and no default agent (deployed: {deployed})",
+                source=source,
+                line=line,
+                field="agent_ref",
+            )
+        if name not in self.agents:
+            raise UnknownAgent(
+                f"unknown agent `{name}`; deployed: {', '.join(self.agents)}",
+                source=source,
+                line=line,
+                field="agent_ref.name",
+            )
+        return str(name)
+
+    def expand(
+        self,
+        rows: Iterable[tuple[int, Any]],
+        *,
+        num_repeats: Repeats = 1,
+        overrides: Mapping[str, Any] | None = None,
+        source: str | None = None,
+    ) -> Iterator[Rollout | Rejected]:
+        """`(line, row)` pairs → every rollout to run, in order, or the row's `Rejected`; lazily, in bounded memory."""
+        with TaskIndex() as tasks:
+            for line, raw in rows:
+                row = _overridden(raw, overrides)
+                try:
+                    agent = self.resolve(row, line=line, source=source)
+                except InputError as e:
+                    yield Rejected(line, e)
+                    continue
+                repeats = repeats_for(num_repeats, agent)
+                task, first = tasks.claim_row(raw, repeats)  # identical raw rows (as read, before defaults): one task
+                row = {**row, "_ng_task_index": task}
+                if not row.get("agent_ref"):
+                    row = {**row, "agent_ref": {"name": agent}}
+                for index in range(first, first + repeats):
+                    yield Rollout(agent, {**row, "_ng_rollout_index": index}, line)
+
+    # ---- running rollouts ---------------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        return self.window.in_flight
+
+    async def start(
+        self, rollout: Rollout, *, spent: int = 0, staleness: Staleness | None = None
+    ) -> asyncio.Task[Outcome]:
+        """Wait for a slot in the window, then start the rollout; its task gives the slot back when it ends.
+
+        `spent`: attempts the rollout used before (a resumed collection); `staleness`: this rollout's bound, in
+        place of the dispatcher's own (an ingress request sets its own).
+        """
+        await self.window.acquire()
+        try:
+            return asyncio.ensure_future(self._run_holding_a_slot(rollout, spent, staleness or self.staleness))
+        except BaseException:
+            self.window.release()
+            raise
+
+    async def run(self, rollout: Rollout, *, spent: int = 0) -> Outcome:
+        """The rollout's outcome: its rollout row, or its failure row; never raises but cancellation."""
+        return await (await self.start(rollout, spent=spent))
+
+    def stream(self, rollouts: Iterable[Rollout], staleness: Staleness | None = None) -> RolloutStream:
+        """`rollouts` run within the window, each yielded with its outcome as it finishes (see `RolloutStream`)."""
+        return RolloutStream(self, rollouts, staleness)
+
+    async def _run_holding_a_slot(self, rollout: Rollout, spent: int, staleness: Staleness | None) -> Outcome:
+        try:
+            outcome = await run_attempts(
+                lambda: self._attempt(rollout, staleness),
+                rollout.row,
+                self.policy,
+                self._rng,
+                spent=spent,
+                on_backpressure=self._on_backpressure,
+            )
+            if outcome.ok:
+                self.window.on_success()
+            return outcome
+        finally:
+            self.window.release()
+
+    def _attempt(self, rollout: Rollout, staleness: Staleness | None) -> Awaitable[dict[str, Any]]:
+        result = self.send(rollout.agent, rollout.row)
+        return result if staleness is None else staleness.checked(rollout.agent, result)
+
+    def _on_backpressure(self) -> None:
+        self.window.on_backpressure()
+        self.backpressure_waits += 1
+
+
+class RolloutStream:
+    """`async for rollout, outcome in stream`: rollouts started as the window allows, yielded as they finish.
+
+    `cancel()` (synchronous, so a response's `finally` may call it) stops the rollouts still running and starts
+    no more; ending the iteration early does the same.
+    """
+
+    def __init__(self, dispatcher: Dispatcher, rollouts: Iterable[Rollout], staleness: Staleness | None) -> None:
+        self._dispatcher = dispatcher
+        self._rollouts = rollouts
+        self._staleness = staleness
+        self._finished: asyncio.Queue[tuple[Rollout, asyncio.Task[Outcome]]] = asyncio.Queue()
+        self._running: set[asyncio.Task[Outcome]] = set()
+        self._feeding: asyncio.Task[None] | None = None
+        self._cancelled = False
+
+    def __aiter__(self) -> AsyncIterator[tuple[Rollout, Outcome]]:
+        return self._outcomes()
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        if self._feeding is not None:
+            self._feeding.cancel()
+        for task in self._running:
+            task.cancel()
+
+    async def _outcomes(self) -> AsyncIterator[tuple[Rollout, Outcome]]:
+        feeding = self._feeding = asyncio.ensure_future(self._feed())
+        try:
+            while not self._cancelled:
+                if feeding.done():
+                    feeding.result()  # feeding failed: its error is the stream's
+                    if not self._running and self._finished.empty():
+                        return
+                    rollout, task = await self._finished.get()
+                else:  # still starting rollouts: wait for one to finish, or for the last to start
+                    waiter = asyncio.ensure_future(self._finished.get())
+                    await asyncio.wait({waiter, feeding}, return_when=asyncio.FIRST_COMPLETED)
+                    if not waiter.done():
+                        waiter.cancel()
+                        continue
+                    rollout, task = waiter.result()
+                if not task.cancelled():
+                    yield rollout, task.result()
+        finally:
+            self.cancel()
+
+    async def _feed(self) -> None:
+        for rollout in self._rollouts:
+            task = await self._dispatcher.start(rollout, staleness=self._staleness)
+            self._running.add(task)
+            task.add_done_callback(functools.partial(self._ended, rollout))
+
+    def _ended(self, rollout: Rollout, task: asyncio.Task[Outcome]) -> None:
+        self._running.discard(task)
+        self._finished.put_nowait((rollout, task))
+
+
+def _overridden(row: Any, overrides: Mapping[str, Any] | None) -> Any:
+    """`row` with `overrides` merged into its `responses_create_params` (what will run is what must be valid)."""
+    if not overrides or not isinstance(row, dict) or not isinstance(row.get("responses_create_params"), dict):
+        return row
+    return {**row, "responses_create_params": {**row["responses_create_params"], **overrides}}
+
+
+def _agent_batchers() -> Send:
+    from gym_serve.calls.handles import AgentBatchers  # Serve's handles: imported where rollouts really run
+
+    return AgentBatchers()
