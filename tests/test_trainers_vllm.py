@@ -29,9 +29,9 @@ from ray import serve  # noqa: E402
 from gym_serve.client import GymClient  # noqa: E402
 from gym_serve.deployments.app import build_app  # noqa: E402
 from gym_serve.deployments.ingress.api import build_ingress  # noqa: E402
+from gym_serve.models.tiny_model import make_tiny_model  # noqa: E402
 from gym_serve.serving.config import AppArgs  # noqa: E402
 from gym_serve.testing.fixtures import example_rows  # noqa: E402
-from gym_serve.models.tiny_model import make_tiny_model  # noqa: E402
 from gym_serve.trainers.sequence import build_sequence  # noqa: E402
 from gym_serve.trainers.source import run_groups  # noqa: E402
 from gym_serve.trainers.trl import TRLRollouts, gym_reward, ingress_push  # noqa: E402
