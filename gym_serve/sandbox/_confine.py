@@ -1,28 +1,38 @@
-"""Kernel walls around the sandbox's processes: the untrusted runners, and the trusted harness itself.
+"""Kernel walls around a sandbox's processes: the code verifier's runners and harness, and a workspace's commands.
 
 Standard library only (`ctypes`): this runs inside the sandbox under the sandbox's interpreter,
-which may be a bare system Python. Every wall is enforced by the kernel, not by Python, so
-native code in the solution cannot take it down; each is applied where the kernel has it and
-named in the return value of `confine()` (a runner, between fork and exec) and of
-`confine_harness()` (the harness, on itself, before it starts any runner), which the harness
-reports. The harness gets the same walls but two: it may signal process groups (its runners')
-and put a child in a process group of its own; so if code ever ran inside it, it could neither
-undo the mounts, nor reach the network, the caller, its secrets or the host's files.
+which may be a bare system Python (its source is sent there). Every wall is enforced by the
+kernel, not by Python, so native code in the sandbox cannot take it down; each is applied where
+the kernel has it and named in the return value, which the caller reports.
 
-- `no_new_privs` and a parent-death signal: no set-uid gains; the solution dies with its harness.
+Three profiles:
+
+- `confine()`: a code-verifier runner, between fork and exec (the strictest: no sockets, no
+  signal but to its own process group, no leaving it).
+- `confine_harness()`: the code verifier's trusted harness, on itself, before it starts any
+  runner: the runner's walls but two (it may signal process groups, its runners', and put a
+  child in a process group of its own); so if code ever ran inside it, it could neither undo the
+  mounts, nor reach the network, the caller, its secrets or the host's files.
+- `confine_workspace()`: a workspace's supervisor, on itself, once its mounts are made; every
+  command it starts inherits the walls. Commands may signal each other and use sockets (the
+  namespace's loopback is all there is; with `network="none"`, only UNIX sockets), but never
+  trace, mount, make namespaces, or load kernel programs.
+
+The walls:
+
+- `no_new_privs` and a parent-death signal: no set-uid gains; a runner dies with its harness.
 - capabilities dropped (bounding set, ambient set, `noroot` securebits, then the process's own
-  sets): in a user namespace the harness starts as that namespace's root, to mount the
-  sandbox's filesystem; it drops every capability before anything else runs, so nothing in the
-  sandbox can unmount the tmpfs or remount a read-only mount writable, ptrace or read the
-  (non-dumpable) harness, or regain capabilities by exec.
-- seccomp: no signals to other processes (`kill` only to its own process group, which it cannot
-  leave: `setsid`/`setpgid` are refused), no ptrace or cross-process memory access, no sockets
-  (`socketpair` stays, for pipes between the solution's own processes), no new namespaces,
-  mounts, keyrings, BPF, perf or io_uring. x86_64 and aarch64; other architectures go without it.
-- Landlock: reads only beneath the system and Python directories, writes only beneath the work
-  dir, no TCP (ABI 4+), no signals and no abstract UNIX sockets out of the sandbox (ABI 6+);
-  also, by Landlock's design, no ptrace of (or `/proc/<pid>/mem`, `environ`, `fd` access to)
-  any process outside it: the caller and the harness included.
+  sets): in a user namespace the sandbox starts as that namespace's root, to mount its
+  filesystem; it drops every capability before anything untrusted runs, so nothing in the
+  sandbox can unmount a tmpfs or remount a read-only mount writable, ptrace or read a
+  (non-dumpable) trusted process, or regain capabilities by exec.
+- seccomp: no ptrace or cross-process memory access, no new namespaces, mounts, keyrings, BPF,
+  perf or io_uring; the code profiles also refuse sockets and signals to other processes.
+  x86_64 and aarch64; other architectures go without it.
+- Landlock: reads only beneath the given directories, writes only beneath the writable ones,
+  no signals and no abstract UNIX sockets out of the sandbox (ABI 6+); TCP refused (ABI 4+)
+  where the profile has no network; also, by Landlock's design, no ptrace of (or
+  `/proc/<pid>/mem`, `environ`, `fd` access to) any process outside it.
 """
 
 import ctypes
@@ -58,6 +68,9 @@ _DENIED = (
     "open_by_handle_at name_to_handle_at fsopen fsmount move_mount open_tree fspick mount_setattr"
 ).split()
 _RUNNER_ONLY_DENIED = ["setpgid"]  # the harness puts each runner in a process group of its own
+_WORKSPACE_ALLOWED = {"socket", "setsid", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open",
+                      "pidfd_send_signal"}  # a shell's job control and servers; the PID namespace bounds their reach
+_AF_UNIX = 1
 _ARCHES = {
     "x86_64": (
         0xC000003E,
@@ -116,7 +129,7 @@ def confine(work_dir: str, read_dirs: list[str]) -> list[str]:
     import signal
 
     die_with_parent(signal.SIGKILL)
-    return _walls(work_dir, read_dirs, harness=False)
+    return _walls([work_dir], read_dirs, profile="runner")
 
 
 def confine_harness(work_dir: str, read_dirs: list[str]) -> list[str]:
@@ -125,19 +138,30 @@ def confine_harness(work_dir: str, read_dirs: list[str]) -> list[str]:
     In the `namespaces` mode this is where the harness stops being the namespace's root: with no
     capability left, the read-only mounts and the tmpfs over `/tmp` are locked as they are.
     """
-    return _walls(work_dir, read_dirs, harness=True)
+    return _walls([work_dir], read_dirs, profile="harness")
 
 
-def _walls(work_dir: str, read_dirs: list[str], *, harness: bool) -> list[str]:
+def confine_workspace(write_dirs: list[str], read_dirs: list[str], *, network: str) -> list[str]:
+    """A workspace's supervisor, on itself, after its mounts: every command it starts inherits these walls.
+
+    `network` is `loopback` (sockets allowed: the network namespace has only its loopback) or
+    `none` (only UNIX sockets, and Landlock refuses TCP).
+    """
+    if network not in ("loopback", "none"):
+        raise ValueError(f"network must be `loopback` or `none`, got `{network}`")
+    return _walls(write_dirs, read_dirs, profile="workspace" if network == "loopback" else "workspace_offline")
+
+
+def _walls(write_dirs: list[str], read_dirs: list[str], *, profile: str) -> list[str]:
     layers = ["no_new_privs"]
     if _drop_capabilities():
         layers.append("no_capabilities")
     if prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0:
         raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
-    abi = _landlock(work_dir, read_dirs)
+    abi = _landlock(write_dirs, read_dirs, refuse_tcp=profile != "workspace")
     if abi:
         layers.append(f"landlock_abi{abi}")
-    if _seccomp(harness=harness):
+    if _seccomp(profile=profile):
         layers.append("seccomp")
     return layers
 
@@ -184,12 +208,12 @@ def _bounding_set_empty() -> bool:
     return True
 
 
-def _seccomp(*, harness: bool) -> bool:
+def _seccomp(*, profile: str) -> bool:
     arch = _ARCHES.get(platform.machine())
     if arch is None:
         return False
     audit_arch, numbers = arch
-    program = _filter(audit_arch, numbers, x32_guard=platform.machine() == "x86_64", harness=harness)
+    program = _filter(audit_arch, numbers, x32_guard=platform.machine() == "x86_64", profile=profile)
     buffer = ctypes.create_string_buffer(b"".join(struct.pack("=HBBI", *ins) for ins in program))
     fprog = struct.pack("=HxxxxxxQ", len(program), ctypes.addressof(buffer))
     fprog_buffer = ctypes.create_string_buffer(fprog)
@@ -199,14 +223,17 @@ def _seccomp(*, harness: bool) -> bool:
 
 
 def _filter(
-    audit_arch: int, nr: dict[str, int], *, x32_guard: bool, harness: bool = False
+    audit_arch: int, nr: dict[str, int], *, x32_guard: bool, profile: str = "runner"
 ) -> list[tuple[int, int, int, int]]:
     """The BPF program: labels resolved to forward jumps (every jump here is short).
 
     A runner may `kill` only its own process group (`kill(0, sig)`) and may not change group; the
     harness may `kill` only process groups (`kill(-pgid, sig)`: its runners'), never one process nor
     every process (`-1`), and may put a child in a group of its own, but never leave its session.
+    A workspace may signal and make sockets (offline: UNIX sockets only) within its namespaces.
     """
+    harness = profile == "harness"
+    workspace = profile.startswith("workspace")
     code: list[list] = []  # [opcode, jt, jf, k] where jt/jf may be label names
     labels: dict[str, int] = {}
 
@@ -222,13 +249,20 @@ def _filter(
     emit(_LD_ABS, 0)  # nr
     if x32_guard:
         emit(_JGE, 0x40000000, "deny", 0)
-    for name in _DENIED + ([] if harness else _RUNNER_ONLY_DENIED):
+    denied = [n for n in _DENIED if not (workspace and n in _WORKSPACE_ALLOWED)]
+    for name in denied + ([] if harness or workspace else _RUNNER_ONLY_DENIED):
         emit(_JEQ, nr[name], "deny", 0)
     emit(_JEQ, nr["clone3"], "nosys", 0)  # its flags sit behind a pointer; glibc falls back to clone
-    emit(_JEQ, nr["kill"], "kill", 0)
     emit(_JEQ, nr["clone"], "clone", 0)
-    emit(_JEQ, nr["fcntl"], "fcntl", 0)
+    if profile == "workspace_offline":
+        emit(_JEQ, nr["socket"], "socket", 0)
+    if not workspace:
+        emit(_JEQ, nr["kill"], "kill", 0)
+        emit(_JEQ, nr["fcntl"], "fcntl", 0)
     emit(_RET, _RET_ALLOW)
+    label("socket")  # offline: a UNIX socket only (the domain, the low 32 bits of the first argument)
+    emit(_LD_ABS, 16)
+    emit(_JEQ, _AF_UNIX, "allow", "deny")
     label("kill")
     emit(_LD_ABS, 16)  # the pid (the kernel reads a pid_t: the low 32 bits)
     if harness:  # a process group: -pgid, as a 32-bit two's complement below -1
@@ -263,13 +297,13 @@ def landlock_abi() -> int:
     return max(0, _libc.syscall(_LL_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(_LL_VERSION)))
 
 
-def _landlock(work_dir: str, read_dirs: list[str]) -> int:
+def _landlock(write_dirs: list[str], read_dirs: list[str], *, refuse_tcp: bool = True) -> int:
     abi = landlock_abi()
     if abi < 1:
         return 0
     fs = _FS_ABI1 | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
     fs |= _FS_IOCTL_DEV if abi >= 5 else 0
-    net = _NET_TCP if abi >= 4 else 0
+    net = _NET_TCP if abi >= 4 and refuse_tcp else 0
     scoped = _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL if abi >= 6 else 0
     attr = struct.pack("=QQQ", fs, net, scoped)[: 8 if abi < 4 else 16 if abi < 6 else 24]
     attr_buffer = ctypes.create_string_buffer(attr)
@@ -280,9 +314,10 @@ def _landlock(work_dir: str, read_dirs: list[str]) -> int:
         read = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
         for path in read_dirs:
             _allow(ruleset, path, read)
-        for device in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"):
+        for device in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full", "/dev/tty"):
             _allow(ruleset, device, _FS_READ_FILE | _FS_WRITE_FILE)
-        _allow(ruleset, work_dir, fs)
+        for path in write_dirs:
+            _allow(ruleset, path, fs)
         if prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0 or _libc.syscall(_LL_RESTRICT, ruleset, ctypes.c_uint32(0)) != 0:
             raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
     finally:
