@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse
 from gym_serve.calls.autoscaling import Load, counted
 from gym_serve.calls.batching import stream_batch
 from gym_serve.calls.handles import EnvironmentHandle, ModelHandle, model_handle
+from gym_serve.calls.sandboxes import current_holder
 from gym_serve.environment.runner import EnvInfo
 from gym_serve.rollout.loop import AgentConfig, run_episode
 from gym_serve.wire.responses import row_problems
@@ -36,7 +37,7 @@ class AgentDeployment:
             model = model_handle(model_app)
         self.model = ModelHandle(model, config.model_affinity)
         self._policy_app = model.app_name
-        self.env = EnvironmentHandle(environment)
+        self.env = EnvironmentHandle(environment, holder=current_holder())
         self.config = config
         self._env_info: EnvInfo | None = None
         self.load = Load()

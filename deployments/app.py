@@ -13,9 +13,10 @@ from typing import Any, TypeVar
 
 from ray.serve import Application
 
-from gym_serve.calls.autoscaling import BATCHED_TIER_AUTOSCALING
+from gym_serve.calls.autoscaling import BATCHED_TIER_AUTOSCALING, SANDBOX_TIER_AUTOSCALING
 from gym_serve.calls.routing import session_router_config
-from gym_serve.deployments import agent, environment, replay_model
+from gym_serve.deployments import agent, environment, replay_model, sandbox
+from gym_serve.environment.registry import load_environment_class
 from gym_serve.errors import ConfigError
 from gym_serve.rollout.loop import AgentConfig
 from gym_serve.serving import secrets
@@ -26,6 +27,7 @@ from gym_serve.serving.config import (
     NemoGymEnvironmentArgs,
     OpenAIModelArgs,
     ReplayModelArgs,
+    SandboxArgs,
     VLLMHTTPModelArgs,
     VLLMModelArgs,
     validate_app_args,
@@ -51,11 +53,26 @@ def build_app(args: AppArgs | dict[str, Any]) -> Application:
     env_options = args.environment.deployment.serve_options(environment.DEFAULTS, BATCHED_TIER_AUTOSCALING)
     if isinstance(args.environment, NemoGymEnvironmentArgs):  # a rollout's calls go to its session's replica
         env_options.setdefault("request_router_config", session_router_config())
-    env = _bind(environment.EnvironmentDeployment, env_options, args.environment)
+    env = _bind(environment.EnvironmentDeployment, env_options, args.environment, _sandbox_tier(args))
     model_app = args.model.app if isinstance(args.model, ModelRefArgs) else None
     config = AgentConfig.model_validate(args.agent.model_dump(exclude={"deployment"}))
     agent_options = args.agent.deployment.serve_options(agent.DEFAULTS, BATCHED_TIER_AUTOSCALING)
     return _bind(agent.AgentDeployment, agent_options, env, model, config, model_app)
+
+
+def _sandbox_tier(args: AppArgs) -> Application | None:
+    """The Sandbox tier: when the args have `sandbox:`, or the environment works in sandboxes (with the defaults).
+
+    Every call of a sandbox goes to the replica that holds it (the session router, by the id's replica)."""
+    sandbox_args = args.sandbox
+    if sandbox_args is None and not isinstance(args.environment, NemoGymEnvironmentArgs) and args.environment:
+        if getattr(load_environment_class(args.environment.name), "uses_sandboxes", False):
+            sandbox_args = SandboxArgs()
+    if sandbox_args is None:
+        return None
+    options = sandbox_args.deployment.serve_options(sandbox.DEFAULTS, SANDBOX_TIER_AUTOSCALING)
+    options.setdefault("request_router_config", session_router_config())
+    return _bind(sandbox.SandboxDeployment, options, sandbox_args)
 
 
 def _model_tier(args: AppArgs) -> Application | None:

@@ -14,13 +14,16 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from ray import serve
+from ray.serve.handle import DeploymentHandle
 
 from gym_serve.calls.autoscaling import Load, counted
 from gym_serve.calls.batching import stream_batch
 from gym_serve.calls.routing import REPLICA_KEY
+from gym_serve.calls.sandboxes import SandboxTierClient
 from gym_serve.environment import nemo_gym
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.environment.runner import EnvInfo, EnvRunner
+from gym_serve.environment.workspace import WorkspaceEnvironment, held_by
 from gym_serve.serving.config import EnvironmentArgs, NemoGymEnvironmentArgs
 
 if TYPE_CHECKING:
@@ -33,7 +36,9 @@ DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 4096, "ray_actor_options": {
 class EnvironmentDeployment:
     """One environment's runner; see the module docstring for where a rollout's state lives."""
 
-    def __init__(self, args: EnvironmentArgs | NemoGymEnvironmentArgs) -> None:
+    def __init__(
+        self, args: EnvironmentArgs | NemoGymEnvironmentArgs, sandboxes: DeploymentHandle | None = None
+    ) -> None:
         self.runner: EnvRunner | NemoGymServer
         if isinstance(args, NemoGymEnvironmentArgs):
             from gym_serve.environment.nemo_gym.host import NemoGymServer  # imports NeMo Gym in this replica only
@@ -49,19 +54,22 @@ class EnvironmentDeployment:
                 endpoints=args.endpoints,
             )
         else:
-            self.runner = EnvRunner(
-                load_environment_class(args.name)(args.config, verify_timeout_s=args.verify_timeout_s)
-            )
+            env = load_environment_class(args.name)(args.config, verify_timeout_s=args.verify_timeout_s)
+            if isinstance(env, WorkspaceEnvironment) and sandboxes is not None:
+                env.use_sandboxes(SandboxTierClient(sandboxes))  # the rollouts' sandboxes live in the Sandbox tier
+            self.runner = EnvRunner(env)
         self.replica = serve.get_replica_context().replica_id.unique_id
         self.stamps_sessions = self.runner.describe().replica_sessions
         self.load = Load()
 
     @counted
-    async def seed(self, row: dict[str, Any]) -> Any:
+    async def seed(self, row: dict[str, Any], holder: object | None = None) -> Any:
         """A new rollout's state; an environment that keeps sessions in replica memory gets this replica's name
         stamped on it, so the Agent routes the rollout's later calls here (one that lands elsewhere anyway, this
-        replica having gone away, finds no session there and fails as `session_lost`)."""
-        state = await self.runner.seed(row)
+        replica having gone away, finds no session there and fails as `session_lost`). `holder` is the Agent
+        replica running the rollout: the sandboxes it makes go when that replica does."""
+        with held_by(holder):
+            state = await self.runner.seed(row)
         if not self.stamps_sessions:
             return state
         assert isinstance(state, dict), "a runner with replica sessions returns its session as state"

@@ -43,12 +43,8 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import signal
-import stat
 import subprocess
-import sys
-import tempfile
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -56,6 +52,19 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from gym_serve.sandbox import host
+from gym_serve.sandbox.errors import SandboxError
+from gym_serve.sandbox.oneshot import (
+    ISOLATION_ENV,
+    confine_source,
+    isolation,
+    kill_session,
+    make_work_dir,
+    namespace_command,
+    remove_work_dir,
+    signal_group,
+)
 
 __all__ = [
     "ISOLATION_ENV",
@@ -74,26 +83,8 @@ __all__ = [
     "verify_stdio",
 ]
 
-ISOLATION_ENV = "GYM_SERVE_SANDBOX_ISOLATION"
-"""`fallback` forces the fallback isolation (to test it, or where namespaces misbehave); `namespaces` insists."""
-
 _HERE = Path(__file__).parent
-_NOBODY = 65534
-# Make a size-limited tmpfs the only writable place, everything else read-only, then become the harness
-# (`exec`: the harness is PID 1 of the namespace, so its end is the end of every process in it). The harness
-# drops every capability before it starts anything (`confine_harness`), which locks these mounts as they are.
-_MOUNT_SCRIPT = r"""
-Q=$1; N=$2; shift 2
-mount -t tmpfs -o "size=$Q,nr_inodes=$N,mode=1777" sandbox /tmp && cd / || exit 97
-for m in $(awk '{print $2}' /proc/self/mounts | sort -u); do
-  [ "$m" = /tmp ] || mount -o remount,bind,ro "$m" 2>/dev/null
-done
-exec "$@"
-"""
-
-
-class SandboxError(RuntimeError):
-    """Raised when the sandbox itself broke (the harness gave no verdict): not the solution's score."""
+_python = host.sandbox_python  # the interpreter the sandbox runs (tests run the harness's module with it too)
 
 
 class SandboxTimeout(SandboxError):
@@ -166,28 +157,6 @@ def extract_code(text: str) -> str | None:
     if len(fences) < 2:
         return None
     return "\n".join(lines[fences[-2] + 1 : fences[-1]])
-
-
-@lru_cache(maxsize=1)
-def _probe() -> str:
-    unshare = shutil.which("unshare")
-    if unshare is None or shutil.which("setpriv") is None:
-        return "fallback"
-    try:
-        probe = subprocess.run(
-            [*_namespace_prefix(), "/bin/sh", "-c", "true"], env=_minimal_env("/"), capture_output=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "fallback"
-    return "namespaces" if probe.returncode == 0 else "fallback"
-
-
-def isolation() -> str:
-    """`namespaces` if user/PID/net/mount namespaces work here (probed once), else `fallback`; see the module doc."""
-    forced = os.environ.get(ISOLATION_ENV)
-    if forced in ("namespaces", "fallback"):
-        return forced
-    return _probe()
 
 
 _slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
@@ -347,7 +316,7 @@ def sandbox_lacks(modules: list[str]) -> list[str]:
 @lru_cache(maxsize=1024)
 def _sandbox_has(module: str) -> bool:
     probe = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({module!r}) else 3)"
-    done = subprocess.run([_python(), "-I", "-c", probe], capture_output=True, env=_minimal_env("/"), cwd="/")
+    done = subprocess.run([_python(), "-I", "-c", probe], capture_output=True, env=host.minimal_env("/"), cwd="/")
     return done.returncode != 3
 
 
@@ -392,7 +361,7 @@ async def _start(spec: dict[str, Any], runs: int, limits: SandboxLimits, mode: s
     if mode not in ("namespaces", "fallback"):
         raise ValueError(f"isolation mode must be `namespaces` or `fallback`, got `{mode}`")
     fallback = mode == "fallback"
-    work = _make_work_dir() if fallback else "/tmp"
+    work = make_work_dir() if fallback else "/tmp"
     spec = {
         **spec,
         "work_dir": work,
@@ -408,14 +377,13 @@ async def _start(spec: dict[str, Any], runs: int, limits: SandboxLimits, mode: s
         "caller_pid": os.getpid() if fallback else 0,
         "report_groups": fallback,
         "runner_source": _source("_sandbox_runner.py"),
-        "confine_source": _source("_sandbox_confine.py"),
+        "confine_source": confine_source(),
     }
     harness = [_python(), "-I", "-B", "-c", _source("_sandbox_harness.py")]
     if fallback:
-        command = [*_identity(), *harness]
+        command = [*host.identity(), *harness]
     else:
-        command = [*_namespace_prefix(), "/bin/sh", "-c", _MOUNT_SCRIPT, "sandbox"]
-        command += [f"{limits.disk_mb}m", str(limits.max_files), *harness]
+        command = namespace_command(harness, disk_mb=limits.disk_mb, max_files=limits.max_files)
     deadline = (limits.wall_s + 1.0) * max(1, runs) + 15.0  # every run's own deadline, plus start-up
     try:
         result = await _execute(command, work, json.dumps(spec).encode() + b"\n", deadline, fallback)
@@ -427,7 +395,7 @@ async def _start(spec: dict[str, Any], runs: int, limits: SandboxLimits, mode: s
         return result
     finally:
         if fallback:
-            shutil.rmtree(work, ignore_errors=True)
+            remove_work_dir(work)
 
 
 async def _execute(command: list[str], work: str, spec: bytes, deadline: float, fallback: bool) -> dict[str, Any]:
@@ -438,7 +406,7 @@ async def _execute(command: list[str], work: str, spec: bytes, deadline: float, 
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         cwd="/",  # the harness's, never the work dir the solution writes
-        env=_minimal_env(work),
+        env=host.minimal_env(work),
         start_new_session=True,  # its own process group, killed as a whole
         limit=1 << 30,
     )
@@ -464,7 +432,7 @@ async def _execute(command: list[str], work: str, spec: bytes, deadline: float, 
             return
         while proc.returncode is None:  # not `wait()`, which also waits for the pipes that leftovers may hold open
             await asyncio.sleep(0.01)
-        await asyncio.to_thread(_kill_session, proc.pid)  # what it left in its session: the verdict is in
+        await asyncio.to_thread(kill_session, proc.pid)  # what it left in its session: the verdict is in
         swept = True
 
     try:
@@ -507,113 +475,19 @@ async def _stop(proc: asyncio.subprocess.Process, groups: list[int], fallback: b
     (whatever state it is in): seccomp keeps everything it starts in that session."""
     if proc.returncode is None:
         if fallback:  # the harness kills its runners on SIGTERM; SIGKILL if it does not go
-            _signal_group(proc.pid, signal.SIGTERM)
+            signal_group(proc.pid, signal.SIGTERM)
             try:
                 await asyncio.wait_for(proc.wait(), 2.0)
             except TimeoutError:
                 pass
-        _signal_group(proc.pid, signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGKILL)
         await proc.wait()
     for pgid in groups:
-        _signal_group(pgid, signal.SIGKILL)
+        signal_group(pgid, signal.SIGKILL)
     if sweep:
-        await asyncio.to_thread(_kill_session, proc.pid)
-
-
-def _kill_session(sid: int) -> None:
-    """SIGKILL every process of session `sid` until none is left (its id stays taken while any member lives)."""
-    for _ in range(20):
-        members = _session_members(sid)
-        if not members:
-            return
-        for pid in members:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.01)
-
-
-def _session_members(sid: int) -> list[int]:
-    members = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                    fields = stat.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
-            except OSError:
-                continue
-            if len(fields) > 3 and int(fields[3]) == sid and fields[0] != b"Z":  # state, ppid, pgrp, session
-                members.append(int(entry.name))
-    return members
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+        await asyncio.to_thread(kill_session, proc.pid)
 
 
 @lru_cache(maxsize=4)
 def _source(name: str) -> str:
     return (_HERE / name).read_text()
-
-
-def _make_work_dir() -> str:
-    """A fresh private directory the sandbox user owns (fallback only: a namespace gets its own tmpfs)."""
-    work = tempfile.mkdtemp(prefix="gs-sandbox-")
-    if os.geteuid() == 0:
-        os.chown(work, _NOBODY, _NOBODY)
-    os.chmod(work, 0o700)
-    return work
-
-
-def _namespace_prefix() -> list[str]:
-    unshare = shutil.which("unshare") or "unshare"
-    return [
-        *_identity(), unshare, "--user", "--map-root-user", "--net", "--mount", "--propagation", "private",
-        "--pid", "--fork", "--kill-child", "--mount-proc",
-    ]  # fmt: skip
-
-
-def _identity() -> list[str]:
-    """`setpriv`: die with the verifier (a parent-death signal), and run as `nobody` when we are root.
-
-    `setpriv` rather than Popen's `user=`/`preexec_fn`: uvloop (Serve's event loop) takes neither.
-    Root would also be exempt from `RLIMIT_NPROC`.
-    """
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        raise RuntimeError("the code sandbox needs `setpriv` (util-linux)")
-    prefix = [setpriv, "--pdeathsig", "KILL"]
-    if os.geteuid() == 0:  # no capability to carry along (a user namespace grants its own)
-        prefix += [
-            "--bounding-set=-all",
-            "--inh-caps=-all",
-            f"--reuid={_NOBODY}",
-            f"--regid={_NOBODY}",
-            "--clear-groups",
-        ]
-    return prefix
-
-
-def _minimal_env(work: str) -> dict[str, str]:
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8"}
-
-
-@lru_cache(maxsize=1)
-def _python() -> str:
-    """This interpreter, unless the sandbox user cannot reach it (e.g. a venv under `/root`)."""
-    if os.geteuid() != 0:
-        return sys.executable
-    for candidate in (sys.executable, shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")):
-        if candidate and _world_executable(Path(candidate).resolve()):
-            return candidate
-    raise RuntimeError("no Python interpreter the sandbox user `nobody` can run; install python3 under /usr/bin")
-
-
-def _world_executable(path: Path) -> bool:
-    if not path.exists() or not path.stat().st_mode & stat.S_IXOTH:
-        return False
-    return all(parent.stat().st_mode & stat.S_IXOTH for parent in path.parents)

@@ -9,7 +9,9 @@
    an empty or blank reply, "I don't know", the row's own question echoed back (alone,
    and followed by refusals), JSON with nothing in it (`{}`, `[]`, an object of null or
    empty values keyed by the question's words), the replay model's "no recording
-   matches" reply), in this process, from a fresh `seed`.
+   matches" reply), in this process, from a fresh `seed`; and every reward hack the
+   environment names (`Environment.reward_hacks`: scripted episodes of tool calls, e.g.
+   editing the tests of a software-engineering task) scores 0 on its first row.
 4. Every row runs end to end through real deployments: the environment's own
    Serve config (`deployments/<name>.yaml`, helper applications such as a judge
    included) is deployed twice, with the replay model playing the right answers
@@ -41,7 +43,10 @@ from gym_serve.environment.core import Environment, Task
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.environment.runner import EnvRunner
 from gym_serve.errors import InputError
+from gym_serve.rollout.local import run_local
+from gym_serve.rollout.loop import AgentConfig
 from gym_serve.rollout.replay import _conversation, _prompt, conversation_key
+from gym_serve.rollout.scripted import ScriptedModel
 from gym_serve.serving.config import BUILDER, AppSpec, load_serve_config
 from gym_serve.verifiers.non_answer import non_answers
 from gym_serve.wire.jsonl import read_jsonl, scan_jsonl
@@ -182,20 +187,37 @@ def _check_rows(path: Path, task: type[Task] | None, report: EnvReport) -> list[
 async def _check_non_answers(
     cls: type[Environment], rows: list[tuple[int, dict[str, Any]]], report: EnvReport
 ) -> None:
-    """Every non-answer must score 0 on every row: a verifier that pays for one teaches it."""
-    runner = EnvRunner(cls())
-    for (_, row), result in zip(rows, report.rows, strict=True):
-        question = cls.Task.model_validate(row).prompt_text()
-        for name, text in non_answers(question).items():
-            message = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
-            try:
-                state = await runner.seed(row) if runner.info.has_seed else None
-                verdict = await runner.verify(row, {"output": [message]}, state)
-            except Exception as e:  # noqa: BLE001 - a verifier that breaks on a non-answer is a finding too
-                result.problems.append(f"non-answer `{name}` broke verify: {type(e).__name__}: {e}")
-                continue
-            if float(verdict["reward"]) != 0.0:
-                result.problems.append(f"non-answer `{name}` scored {float(verdict['reward']):g}")
+    """Every non-answer must score 0 on every row: a verifier that pays for one teaches it. So must every reward hack
+    the environment names (`Environment.reward_hacks`), played on its first row. The checks of a row run together."""
+    env = cls()
+    runner = EnvRunner(env)
+
+    async def one(name: str, row: dict[str, Any], text: str) -> str | None:
+        message = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+        try:
+            state = await runner.seed(row) if runner.info.has_seed else None
+            verdict = await runner.verify(row, {"output": [message]}, state)
+        except Exception as e:  # noqa: BLE001 - a verifier that breaks on a non-answer is a finding too
+            return f"non-answer `{name}` broke verify: {type(e).__name__}: {e}"
+        reward = float(verdict["reward"])
+        return f"non-answer `{name}` scored {reward:g}" if reward != 0.0 else None
+
+    for index, ((_, row), result) in enumerate(zip(rows, report.rows, strict=True)):
+        task = cls.Task.model_validate(row)
+        checks = [one(name, row, text) for name, text in non_answers(task.prompt_text()).items()]
+        if index == 0:
+            checks += [_hack(env, name, row, turns) for name, turns in cls.reward_hacks(task).items()]
+        result.problems += [problem for problem in await asyncio.gather(*checks) if problem is not None]
+
+
+async def _hack(env: Environment, name: str, row: dict[str, Any], turns: list[list[dict[str, Any]]]) -> str | None:
+    """A reward hack played through the environment: a problem when it scores above 0 (or its rollout breaks)."""
+    try:
+        rollout = await run_local(row, env, ScriptedModel(turns), AgentConfig(max_steps=len(turns) + 1))
+    except Exception as e:  # noqa: BLE001 - a verifier that breaks on a hack is a finding too
+        return f"reward hack `{name}` broke the rollout: {type(e).__name__}: {e}"
+    reward = float(rollout["reward"])
+    return f"reward hack `{name}` scored {reward:g}" if reward != 0.0 else None
 
 
 def _prompt_key(row: dict[str, Any]) -> str:

@@ -30,7 +30,16 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 if TYPE_CHECKING:
     from ray.serve.config import AutoscalingContext
 
-__all__ = ["BATCHED_TIER_AUTOSCALING", "METRIC", "Load", "calls_in_flight_policy", "counted"]
+__all__ = [
+    "BATCHED_TIER_AUTOSCALING",
+    "LIVE_SANDBOXES",
+    "METRIC",
+    "SANDBOX_TIER_AUTOSCALING",
+    "Load",
+    "calls_in_flight_policy",
+    "counted",
+    "live_sandboxes_policy",
+]
 
 METRIC = "calls_in_flight"
 BATCHED_TIER_AUTOSCALING: dict[str, Any] = {
@@ -38,6 +47,15 @@ BATCHED_TIER_AUTOSCALING: dict[str, Any] = {
     "metrics_interval_s": 1.0,
 }
 """The defaults merged under a batched tier's `autoscaling_config`."""
+
+LIVE_SANDBOXES = "live_sandboxes"
+SANDBOX_TIER_AUTOSCALING: dict[str, Any] = {
+    "policy": {"policy_function": "gym_serve.calls.autoscaling:live_sandboxes_policy"},
+    "metrics_interval_s": 1.0,
+    "downscale_delay_s": 600.0,
+}
+"""The defaults merged under the Sandbox tier's `autoscaling_config`: `target_ongoing_requests` means live
+sandboxes per replica there; a replica stopped takes its sandboxes with it, hence the long downscale delay."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -98,5 +116,17 @@ def calls_in_flight_policy(ctx: AutoscalingContext) -> tuple[float, dict[str, An
         total = sum(per_replica.values()) + (ctx.total_queued_requests or 0.0)
     else:
         total = ctx.total_num_requests
+    target = ctx.config.get_target_ongoing_requests() if ctx.config is not None else 1.0
+    return total / max(target, 1e-9), {}
+
+
+def live_sandboxes_policy(ctx: AutoscalingContext) -> tuple[float, dict[str, Any]]:
+    """The Sandbox tier: replicas wanted = live sandboxes over all replicas / target sandboxes per replica.
+
+    A sandbox is work a replica holds between calls (a rollout's workspace), so the tier scales on what it
+    holds, not on requests in flight. Before any replica has reported, Serve's request count stands in.
+    """
+    per_replica = (ctx.aggregated_metrics or {}).get(LIVE_SANDBOXES)
+    total = sum(per_replica.values()) if per_replica else ctx.total_num_requests
     target = ctx.config.get_target_ongoing_requests() if ctx.config is not None else 1.0
     return total / max(target, 1e-9), {}

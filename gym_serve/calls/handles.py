@@ -125,13 +125,17 @@ class ModelHandle:
 class EnvironmentHandle:
     """The Environment tier through its handle, every call micro-batched per method.
 
+    `holder`, given, is sent with every `seed`: what holds the sandboxes a rollout's environment makes (the Agent
+    replica running it, `gym_serve.calls.sandboxes.Holder`).
+
     A rollout whose state names the replica holding its session (a hosted NeMo
     Gym server) has its calls sent to that replica (`gym_serve.calls.routing`);
     if that replica dies under the call, the rollout's session is lost.
     """
 
-    def __init__(self, handle: DeploymentHandle) -> None:
+    def __init__(self, handle: DeploymentHandle, holder: object | None = None) -> None:
         self.describe = handle.describe
+        self._holder = holder
         sender = KeyedSender(handle, "batch")
         parts = _replicas_of(handle)
 
@@ -145,7 +149,8 @@ class EnvironmentHandle:
         self._verify = batcher("verify", 2)
 
     async def seed(self, row: dict[str, Any]) -> Any:
-        return await self._seed((row,))
+        """A new rollout's state; the rollout's holder (this Agent replica) goes along, for its sandboxes."""
+        return await self._seed((row, self._holder) if self._holder is not None else (row,))
 
     async def call_tools(self, calls: list[dict[str, Any]], state: Any) -> tuple[list[dict[str, Any]], Any]:
         return await _on_session(state, self._call_tools((calls, state)))

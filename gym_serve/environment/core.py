@@ -129,7 +129,8 @@ class Environment(Generic[TaskT, StateT]):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         for base in getattr(cls, "__orig_bases__", ()):
-            if typing.get_origin(base) is Environment:
+            origin = typing.get_origin(base)
+            if isinstance(origin, type) and issubclass(origin, Environment):  # Environment or a generic subclass
                 task, state = typing.get_args(base)
                 if "Task" not in cls.__dict__ and isinstance(task, type) and issubclass(task, Task):
                     cls.Task = task
@@ -144,6 +145,14 @@ class Environment(Generic[TaskT, StateT]):
                 stacklevel=2,
             )
             cls.reset = cls.__dict__["seed"]  # type: ignore[method-assign]
+
+    @classmethod
+    def reward_hacks(cls, task: Any) -> dict[str, list[list[dict[str, Any]]]]:
+        """Episodes a policy might learn that must score 0 on `task` (a `Task`), beyond the text non-answers every
+        environment is checked with: each is the output items of a scripted policy's model turns (tool calls and
+        messages) trying to get the reward without doing the task. `gym-serve env test` plays each on an example
+        row, through this environment, and fails on any that scores above 0."""
+        return {}
 
     @classmethod
     def compute_metrics(cls, tasks: list[list[dict[str, Any]]]) -> dict[str, float]:

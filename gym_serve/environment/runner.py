@@ -22,7 +22,15 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gym_serve.environment.core import Environment, Task, Verdict
 from gym_serve.environment.tools import STATE_PARAM, ToolSpec
-from gym_serve.errors import EnvError, GymServeError, InputError, ToolError, VerifierTimeoutError, VerifyError
+from gym_serve.errors import (
+    EnvError,
+    GymServeError,
+    InputError,
+    SessionLostError,
+    ToolError,
+    VerifierTimeoutError,
+    VerifyError,
+)
 from gym_serve.wire.pieces import field_path
 from gym_serve.wire.responses import Response
 
@@ -50,6 +58,8 @@ class EnvInfo(BaseModel):
     replica_sessions: bool = False
     """The environment keeps each rollout's state in the memory of the replica that seeded it (a hosted NeMo Gym
     server): every later call of the rollout must reach that replica."""
+    sandboxes: bool = False
+    """Each rollout works in a sandbox (`gym_serve.environment.workspace`), which the Sandbox tier holds."""
 
 
 class EnvRunner:
@@ -65,6 +75,7 @@ class EnvRunner:
             has_user_turn=type(env).user_turn is not Environment.user_turn,
             execute_tool_calls=type(env).execute_tool_calls,
             verify_timeout_s=env.verify_timeout_s,
+            sandboxes=getattr(env, "uses_sandboxes", False),
         )
         self._verify = _without_unused_state(env.verify)
         self._user_turn = _without_unused_state(env.user_turn)
@@ -76,6 +87,8 @@ class EnvRunner:
         task = self._task(row)
         try:
             state = await self.env.reset(task)
+        except GymServeError:  # the environment named the failure itself (its sandbox is gone: `session_lost`)
+            raise
         except Exception as e:
             raise EnvError(f"`{type(self.env).name()}.reset` raised {type(e).__name__}: {e}") from e
         return _dump(state)
@@ -146,6 +159,8 @@ class EnvRunner:
         method = getattr(self.env, name)
         try:
             result = await (method(state, **arguments) if spec.takes_state else method(**arguments))
+        except SessionLostError:  # the rollout's session (its sandbox) is gone: no tool can go on, nor the model
+            raise
         except Exception as e:  # a tool's own failure is the model's to see, like an HTTP error body
             return f"Error: tool `{name}` failed: {type(e).__name__}: {e}"
         return _as_text(result)

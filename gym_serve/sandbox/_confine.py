@@ -68,8 +68,16 @@ _DENIED = (
     "open_by_handle_at name_to_handle_at fsopen fsmount move_mount open_tree fspick mount_setattr"
 ).split()
 _RUNNER_ONLY_DENIED = ["setpgid"]  # the harness puts each runner in a process group of its own
-_WORKSPACE_ALLOWED = {"socket", "setsid", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open",
-                      "pidfd_send_signal"}  # a shell's job control and servers; the PID namespace bounds their reach
+_WORKSPACE_ALLOWED = {
+    "socket",
+    "setsid",
+    "tkill",
+    "tgkill",
+    "rt_sigqueueinfo",
+    "rt_tgsigqueueinfo",
+    "pidfd_open",
+    "pidfd_send_signal",
+}  # a shell's job control and servers; the PID namespace bounds their reach
 _AF_UNIX = 1
 _ARCHES = {
     "x86_64": (

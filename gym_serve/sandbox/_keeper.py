@@ -54,7 +54,8 @@ class Keeper:
             while b"\n" in buffer:
                 line, _, buffer = buffer.partition(b"\n")
                 self._handle(json.loads(line))
-            self._reap_exited()
+            for proc in self.spawned.values():
+                proc.poll()  # a sandbox whose supervisor ended is reaped here; the provider asks to free its layer
 
     def _handle(self, request):
         fds = []
@@ -138,11 +139,6 @@ class Keeper:
                 return f.read()[-2000:].decode(errors="replace").strip()
         except OSError:
             return ""
-
-    def _reap_exited(self):
-        for name, proc in list(self.spawned.items()):
-            if proc.poll() is not None:
-                pass  # its supervisor ended (the provider sees its channel close and asks to reap)
 
     # ---- layers --------------------------------------------------------------------------------------------------
 

@@ -338,6 +338,14 @@ class Supervisor:
             child.kill()
         return {"pid": pid}
 
+    def op_kill_all(self, request):
+        """End every process of the sandbox but this one (what a rollout left running, before its verdict)."""
+        try:
+            os.kill(-1, signal.SIGKILL)  # PID 1's kill(-1): every process of the namespace, never itself
+        except ProcessLookupError:
+            pass
+        return {}
+
     def _start(self, request):
         limits = {**self.limits, **{k: v for k, v in request.get("limits", {}).items() if v is not None}}
         env = {**self.env, **request.get("env", {})}
@@ -457,7 +465,7 @@ class Supervisor:
 
     def op_write(self, request):
         path = request["path"]
-        parent, _, name = _relative(path).rpartition("/")
+        parent, _, _ = _relative(path).rpartition("/")
         if request.get("make_dirs") and parent:
             self._make_dirs(parent)
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
@@ -532,7 +540,7 @@ class Supervisor:
             return fd
         err = ctypes.get_errno()
         if err == errno.EXDEV:
-            raise RequestError("PathOutsideWorkspace", f"`{path}` leads outside the workspace (through `..` or a link)")
+            raise RequestError("PathOutsideWorkspace", f"`{path}` leads outside the workspace (`..` or a link)")
         if err == errno.ENOENT:
             raise RequestError("FileNotFound", f"`{path}` does not exist in the workspace")
         if err in (errno.ENOTDIR, errno.EISDIR):

@@ -31,6 +31,7 @@ __all__ = [
     "identity",
     "minimal_env",
     "python_dirs",
+    "python_version",
     "runs_as_root",
     "sandbox_python",
     "view",
@@ -70,7 +71,8 @@ def identity() -> list[str]:
         raise RuntimeError("sandboxes need `setpriv` (util-linux)")
     prefix = [setpriv, "--pdeathsig", "KILL"]
     if runs_as_root():  # no capability to carry along (a user namespace grants its own)
-        prefix += ["--bounding-set=-all", "--inh-caps=-all", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+        prefix += ["--bounding-set=-all", "--inh-caps=-all", f"--reuid={NOBODY}", f"--regid={NOBODY}"]
+        prefix.append("--clear-groups")
     return prefix
 
 
@@ -109,9 +111,24 @@ def python_dirs(scope: str = "path") -> tuple[str, ...]:
     if done.returncode != 0:
         raise RuntimeError(f"the sandbox's interpreter {sandbox_python()} does not start: {done.stderr[-500:]}")
     prefix, base, executable, *path = json.loads(done.stdout)
-    dirs = {prefix, base, os.path.dirname(executable), *path} if scope == "path" else {base, os.path.dirname(executable)}
+    dirs = {base, os.path.dirname(executable)}
+    if scope == "path":
+        dirs |= {prefix, *path}
     wanted = sorted(d for d in dirs if os.path.isdir(d) and not _under_system(d))
     return tuple(d for d in wanted if not any(d != o and d.startswith(o + "/") for o in wanted))
+
+
+@lru_cache(maxsize=1)
+def python_version() -> str:
+    """The sandbox interpreter's `major.minor` (a venv's `lib/pythonX.Y`)."""
+    done = subprocess.run(
+        [sandbox_python(), "-I", "-S", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        env=minimal_env("/"),
+        cwd="/",
+    )
+    return done.stdout.strip()
 
 
 def _under_system(path: str) -> bool:

@@ -156,7 +156,9 @@ class LocalProvider:
                 return
             if self._closed:
                 raise SandboxError("this sandbox provider is closed")
-            self._keeper = await asyncio.to_thread(_Keeper.start)
+            keeper = _Keeper.spawn()  # from this (the loop's) thread: a parent-death signal follows the thread
+            await asyncio.to_thread(keeper.ready)
+            self._keeper = keeper
             self._cgroups = await asyncio.to_thread(CgroupRoot.make) if self.use_cgroups else None
             self._reaper = asyncio.create_task(self._reap_forever())
 
@@ -331,9 +333,15 @@ class LocalProvider:
         reply = await self._call(self._touch(sandbox), "read", _REPLY_GRACE_S, path=path)
         return base64.b64decode(reply["data"])
 
-    async def write_file(self, sandbox: str, path: str, data: bytes, *, mode: int = 0o644) -> None:
+    async def write_file(
+        self, sandbox: str, path: str, data: bytes, *, mode: int = 0o644, make_dirs: bool = False
+    ) -> None:
         data64 = base64.b64encode(data).decode()
-        await self._call(self._touch(sandbox), "write", _REPLY_GRACE_S, path=path, data=data64, mode=mode)
+        box = self._touch(sandbox)
+        await self._call(box, "write", _REPLY_GRACE_S, path=path, data=data64, mode=mode, make_dirs=make_dirs)
+
+    async def kill_all(self, sandbox: str) -> None:
+        await self._call(self._touch(sandbox), "kill_all", _REPLY_GRACE_S)
 
     async def list_files(self, sandbox: str, path: str = ".") -> list[FileEntry]:
         reply = await self._call(self._touch(sandbox), "list", _REPLY_GRACE_S, path=path)
@@ -537,16 +545,16 @@ class LocalProvider:
             or now - box.last_used > box.limits.ttl_s
             or now - box.created > box.limits.max_lifetime_s
         ]
-        if self.holder_alive is not None:
-            holders = {id(box.holder): box.holder for box in self._sandboxes.values() if box.holder is not None}
-            alive = dict(zip(holders, await asyncio.gather(*(self._alive(h) for h in holders.values())), strict=True))
-            doomed += [b.id for b in self._sandboxes.values() if b.holder is not None and not alive[id(b.holder)]]
+        if self.holder_alive is not None:  # holders are hashable: one check per holder, however many it holds
+            holders = list({box.holder for box in self._sandboxes.values() if box.holder is not None})
+            alive = dict(zip(holders, await asyncio.gather(*(self._alive(h) for h in holders)), strict=True))
+            doomed += [b.id for b in self._sandboxes.values() if not alive.get(b.holder, True)]
         for sandbox in dict.fromkeys(doomed):
             await self.destroy(sandbox)
         for name, pinned in list(self._pinned.items()):
             if now - pinned > self.default_limits.ttl_s:
                 await self.drop_snapshot(f"{self.prefix}/{name}")
-        for key, pool in self._pools.items():  # a warm sandbox whose supervisor ended is replaced
+        for pool in self._pools.values():  # a warm sandbox whose supervisor ended is replaced
             for box in [b for b in pool if b.channel.closed]:
                 pool.remove(box)
                 await self._end(box)
@@ -574,7 +582,8 @@ class _Keeper:
         self.buffer = b""
 
     @classmethod
-    def start(cls) -> _Keeper:
+    def spawn(cls) -> _Keeper:
+        """Start the keeper; `ready` waits for it to answer."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         command = [
             *host.identity(), host.bwrap(),
@@ -594,16 +603,17 @@ class _Keeper:
             )
         finally:
             theirs.close()
-        keeper = cls(proc, ours)
+        return cls(proc, ours)
+
+    def ready(self) -> None:
         try:
-            keeper.request("ping", 30.0)
+            self.request("ping", 30.0)
         except SandboxError as e:
-            keeper.stop()
-            stderr = proc.stderr.read().decode(errors="replace")[-1000:] if proc.stderr else ""
+            self.stop()
+            stderr = self.proc.stderr.read().decode(errors="replace")[-1000:] if self.proc.stderr else ""
             raise IsolationUnavailable(
                 f"cannot start a sandbox keeper (bubblewrap needs user namespaces): {e}; {stderr.strip()}"
             ) from None
-        return keeper
 
     async def call(self, op: str, **fields: Any) -> dict[str, Any]:
         reply, fds = await self.call_with_fds(op, **fields)

@@ -46,6 +46,7 @@ from gym_serve.environment.registry import load_environment_class
 from gym_serve.errors import ConfigError, EnvError
 from gym_serve.models.synthetic import Latency
 from gym_serve.rollout.loop import AgentConfig
+from gym_serve.sandbox import Limits
 from gym_serve.wire.pieces import field_path
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ __all__ = [
     "NemoGymEnvironmentArgs",
     "OpenAIModelArgs",
     "ReplayModelArgs",
+    "SandboxArgs",
     "SyntheticModelArgs",
     "TIERS",
     "VLLMEngineOptions",
@@ -74,7 +76,7 @@ __all__ = [
 
 BUILDER = "gym_serve.deployments.app:build_app"
 
-TIERS = {"Agent": "agent", "Environment": "environment", "Model": "model"}
+TIERS = {"Agent": "agent", "Environment": "environment", "Model": "model", "Sandbox": "sandbox"}
 """Deployment name → the key of its args in `AppArgs`."""
 
 
@@ -334,8 +336,42 @@ ModelArgs = Annotated[
 ]
 
 
+class SandboxArgs(BaseModel):
+    """The Sandbox tier (`sandbox:` in an application's args): workspaces for rollouts (`gym_serve.sandbox`).
+
+    An environment that works in sandboxes gets this tier with these defaults when its args name none.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    warm: int = Field(default=2, ge=0, description="Sandboxes each replica keeps ready per base (a warm create).")
+    max_sandboxes: int = Field(default=256, ge=1, description="Live sandboxes one replica may hold.")
+    max_fork: int = Field(default=64, ge=1, description="Most copies one `fork` may make.")
+    cow: Literal["auto", "overlay", "copy"] = Field(
+        default="auto", description="The copy-on-write layer: overlayfs where the kernel allows it, else a copy."
+    )
+    limits: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Default limits of a sandbox (`gym_serve.sandbox.Limits`: cpu_s, cpus, memory_mb, "
+        "max_processes, disk_mb, max_files, wall_s, output_bytes, ttl_s, max_lifetime_s, network).",
+    )
+    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+
+    @field_validator("limits")
+    @classmethod
+    def _known_limits(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            Limits(**value)
+        except TypeError as e:
+            raise ValueError(f"unknown sandbox limit: {e}") from None
+        return value
+
+    def sandbox_limits(self) -> Limits:
+        return Limits(**self.limits)
+
+
 class AppArgs(BaseModel):
-    """The `args` of one application: an environment, its agent, and a model.
+    """The `args` of one application: an environment, its agent, and a model (and a Sandbox tier).
 
     Without an `environment`, the application serves only its model tier, for
     other applications to share (`model: {kind: app, app: NAME}`).
@@ -346,6 +382,7 @@ class AppArgs(BaseModel):
     environment: EnvironmentSpec | None = None
     agent: AgentArgs = Field(default_factory=AgentArgs)
     model: ModelArgs = Field(default_factory=ReplayModelArgs)
+    sandbox: SandboxArgs | None = None
 
 
 class AppSpec(BaseModel):

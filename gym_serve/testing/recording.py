@@ -18,12 +18,11 @@ from typing import Any
 from gym_serve.environment.core import Environment
 from gym_serve.errors import EnvError
 from gym_serve.rollout.local import run_local
+from gym_serve.rollout.scripted import ScriptedModel, Turns
 
 __all__ = ["Example", "Scripted", "Turns", "call", "message", "record", "says"]
 
 Item = dict[str, Any]
-Turns = list[list[Item]]
-"""A scripted policy's episode: the output items of each of its model turns."""
 Example = tuple[dict[str, Any], Turns, Turns]
 """(row, right answer's turns, wrong answer's turns)."""
 
@@ -54,21 +53,8 @@ def says(text: str) -> Turns:
     return [[message(text)]]
 
 
-class Scripted:
-    """A model that plays its turns in order, whatever it is asked."""
-
-    def __init__(self, turns: Turns) -> None:
-        self.turns = list(turns)
-
-    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
-        output = self.turns.pop(0) if self.turns else [message("(script ended)")]
-        return {
-            "id": "resp_recorded",
-            "object": "response",
-            "model": "recorded",
-            "status": "completed",
-            "output": output,
-        }
+Scripted = ScriptedModel
+"""A model that plays its turns in order, whatever it is asked (`gym_serve.rollout.scripted`)."""
 
 
 async def record(env: type[Environment], examples: list[Example], config: Any = None) -> None:

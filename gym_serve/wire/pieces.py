@@ -12,10 +12,11 @@ Examples:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["assistant_message", "field_path", "input_items", "usage", "user_message"]
+__all__ = ["assistant_message", "field_path", "function_call", "input_items", "usage", "user_message"]
 
 
 def user_message(text: str) -> dict[str, Any]:
@@ -49,6 +50,18 @@ def assistant_message(text: str, item_id: str) -> dict[str, Any]:
         "role": "assistant",
         "status": "completed",
         "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def function_call(name: str, arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
+    """A completed function call item: the model calling tool `name` with `arguments`."""
+    return {
+        "type": "function_call",
+        "id": f"fc_{call_id}",
+        "call_id": call_id,
+        "name": name,
+        "arguments": json.dumps(arguments, separators=(",", ":")),
+        "status": "completed",
     }
 
 

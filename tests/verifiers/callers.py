@@ -1,13 +1,15 @@
 """A caller of the code verifier in a process of its own, as root or as an unprivileged uid.
 
-The caller loads `verifiers/code.py` on its own (it imports only the standard library) in a fresh
-interpreter. As `nobody` the caller shares its uid with the sandbox in the `fallback` mode: the
-case the kernel's uid checks do not cover. It runs a job (a JSON file): each of `solutions` through
-`verify_asserts` against `tests` (or through `run_python` when `tests` is null), in `mode`, with
-`limits`; `CALLER_PID` anywhere in the job reads as the caller's pid, and a `harness` source, when
-given, stands in for `_sandbox_harness.py` (a hostile harness). It prints its pid, then one JSON
-line: each solution's result (`reward`, `passed`, `details`, `harness_layers`; `exit_code`,
-`stdout`, `stderr` for a run; `error` when the verifier raised).
+The caller imports `gym_serve.verifiers.code` (it imports only the standard library and the sandbox
+package, `gym_serve.sandbox`) in a fresh interpreter: as root this venv's, as `nobody` the system's
+Python reading this venv's packages (`venv_site`). As `nobody` the caller shares its uid with the
+sandbox in the `fallback` mode: the case the kernel's uid checks do not cover. It runs a job (a
+JSON file): each of `solutions` through `verify_asserts` against `tests` (or through `run_python`
+when `tests` is null), in `mode`, with `limits`; `CALLER_PID` anywhere in the job reads as the
+caller's pid, and a `harness` source, when given, stands in for `_sandbox_harness.py` (a hostile
+harness). It prints its pid, then one JSON line: each solution's result (`reward`, `passed`,
+`details`, `harness_layers`; `exit_code`, `stdout`, `stderr` for a run; `error` when the verifier
+raised).
 """
 
 from __future__ import annotations
@@ -16,19 +18,18 @@ import json
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
-CODE_PY = Path(__file__).resolve().parents[2] / "verifiers" / "code.py"
+REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 WHO = ["root", "nobody"]
 
 CALLER = r"""
-import asyncio, importlib.util, json, os, sys
-spec = importlib.util.spec_from_file_location("sandbox_code", sys.argv[1])
-code = sys.modules["sandbox_code"] = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(code)
-with open(sys.argv[2]) as f:
+import asyncio, json, os, sys
+from gym_serve.verifiers import code
+with open(sys.argv[1]) as f:
     job = json.loads(f.read().replace("CALLER_PID", str(os.getpid())))
 if job.get("harness"):
     real = code._source
@@ -57,21 +58,30 @@ print(json.dumps(asyncio.run(main())), flush=True)
 """
 
 
+def venv_site(tmp: Path) -> str:
+    """A `PYTHONPATH` under `tmp` through which another interpreter (the system's, run by `nobody`) reads this venv's
+    packages, `.pth` files (the editable install's finder) included, and the repository (`tests`)."""
+    site = tmp / "caller-site"  # the caller's own, like its script and job
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    return f"{site}:{REPO}"
+
+
 def start_caller(who: str, job: dict[str, Any], tmp: Path) -> subprocess.Popen[str]:
     """Start a caller (`root` or `nobody`) on `job`, in a session of its own; `tmp` must be open to `nobody`."""
     script, job_file = tmp / "caller.py", tmp / "caller-job.json"
     script.write_text(CALLER)
     job_file.write_text(json.dumps(job))
+    env = {"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp), "LANG": "C.UTF-8", **job.get("env", {})}
     if who == "root":
         command = [sys.executable, str(script)]
     else:
         python = shutil.which("python3", path="/usr/bin:/bin")
         assert python is not None
         command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", python, str(script)]
-    env = {"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp), "LANG": "C.UTF-8", **job.get("env", {})}
-    return subprocess.Popen(
-        [*command, str(CODE_PY), str(job_file)], stdout=subprocess.PIPE, text=True, env=env, start_new_session=True
-    )
+        env["PYTHONPATH"] = venv_site(tmp)
+    command.append(str(job_file))
+    return subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
 
 
 def call(who: str, job: dict[str, Any], tmp: Path, timeout: float = 300) -> dict[str, Any]:

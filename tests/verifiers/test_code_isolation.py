@@ -1,6 +1,6 @@
 """In every isolation mode, code can neither signal nor outlive its caller, nor leave files, nor fill the disk.
 
-The caller is a real process (`tests.verifiers.callers`): `verifiers/code.py` loaded on its own in a
+The caller is a real process (`tests.verifiers.callers`): `gym_serve.verifiers.code` imported in a
 fresh interpreter, as root and as an unprivileged uid (`nobody`, where the code and its caller share
 a uid: the case the kernel's uid checks do not cover), in the `namespaces` mode and in the forced
 `fallback` mode.
@@ -72,7 +72,9 @@ def test_code_dies_with_its_caller_and_leaves_no_files(who: str, mode: str, tmp:
     caller.send_signal(signal.SIGKILL)  # the caller dies without any chance to clean up
     caller.wait()
     caller.stdout.close()
-    leftovers = lambda: [p for p in tmp.rglob("*") if not p.name.startswith("caller")]  # noqa: E731
+    leftovers = lambda: [  # noqa: E731 - the caller's own files (its script, job and site folder) are not the code's
+        p for p in tmp.rglob("*") if not p.relative_to(tmp).parts[0].startswith("caller")
+    ]
     deadline = time.monotonic() + 20  # the sandbox cleans up after its caller's death: give a busy machine time
     while (processes_with(tag) or leftovers()) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -24,7 +24,6 @@ import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import textwrap
 import time
 import uuid
@@ -35,7 +34,7 @@ import pytest
 
 from gym_serve.verifiers import code
 from gym_serve.verifiers.code import SandboxError, SandboxLimits, verify_asserts, verify_calls
-from tests.verifiers.callers import WHO, call, processes_with
+from tests.verifiers.callers import WHO, call, processes_with, venv_site
 from tests.verifiers.stdlib_side_effects import probe, side_effect_modules
 
 LIMITS = SandboxLimits(cpu_s=2, wall_s=4.0, memory_mb=256, output_bytes=64_000, max_processes=16)
@@ -660,11 +659,8 @@ def test_through_serve_replicas_of_a_ray_cluster_running_as_nobody(tmp: Path) ->
             | {"harness": outside.harness, "secret": outside.secret}
         )
     )
-    site = tmp / "site"  # every process of that cluster, Ray's workers too, reads this venv's packages (.pth too)
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
-    paths = [str(site), str(Path(__file__).resolve().parents[2])]
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp), "LANG": "C.UTF-8", "PYTHONPATH": ":".join(paths)}
+    # every process of that cluster, Ray's workers too, reads this venv's packages (.pth too)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp), "LANG": "C.UTF-8", "PYTHONPATH": venv_site(tmp)}
     command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", NOBODY_DRIVER, str(job)]
     try:
         done = subprocess.run(command, env=env, cwd=tmp, capture_output=True, text=True, timeout=600)

@@ -1,0 +1,1 @@
+"""Lets the tests import `textkit` from this folder, however pytest is started."""
