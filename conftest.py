@@ -20,6 +20,10 @@ pytest_plugins = ["gym_serve.testing.fixtures"]
 COLLECTED_FOLDERS = ("envs",)
 """Folders of installed packages that hold test files (`testpaths`)."""
 
+collect_ignore_glob = ["envs/*/repo"]
+"""A repository an environment ships (swe_fix's `textkit`) has a test suite of its own: the environment runs it in
+its sandboxes (its own tests check the pristine repository passes it), never in this process."""
+
 
 class _InstalledName(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """`envs.X` → the module `gym_serve.envs.X`, imported once under its installed name."""

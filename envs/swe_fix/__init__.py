@@ -32,13 +32,13 @@ import importlib.util
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
 from gym_serve import Response, Task, Verdict
 from gym_serve.environment.workspace import Workspace, WorkspaceEnvironment, workspace_errors
-from gym_serve.envs.swe_fix import judge, patch_check
+from gym_serve.envs.swe_fix import hacks, judge, patch_check
 from gym_serve.envs.swe_fix.patches import apply
 from gym_serve.errors import VerifierTimeoutError
 from gym_serve.sandbox import Base, BaseFile, Limits, PathOutsideWorkspace, SandboxFileNotFound, host
@@ -87,6 +87,10 @@ class SweFix(WorkspaceEnvironment[FixTask, FixState]):
 
     def base_for(self, task: FixTask) -> Base:
         return base()
+
+    @classmethod
+    def reward_hacks(cls, task: FixTask) -> dict[str, list[list[dict[str, Any]]]]:
+        return hacks.hacks(task.FAIL_TO_PASS, host.python_version())
 
     async def reset(self, task: FixTask) -> FixState:
         """The task's starting state: the library with the bug (the gold patch undone), one commit, no history."""

@@ -7,10 +7,14 @@ that does not exist, an `old_str` found twice) are answers the model reads, neve
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from gym_serve.environment.workspace import Edit, Workspace
 from gym_serve.sandbox import NotAFile, SandboxFileNotFound, SandboxProvider
 
 __all__ = ["edit"]
+
+T = TypeVar("T")
 
 WORKSPACE = "/workspace"
 _SNIPPET_LINES = 4
@@ -50,7 +54,7 @@ async def edit(
         return f"Error: {e}"
 
 
-def _required(value: object, name: str, command: str):  # type: ignore[no-untyped-def]
+def _required(value: T | None, name: str, command: str) -> T:
     if value is None:
         raise _Refused(f"`{command}` needs `{name}`")
     return value

@@ -58,7 +58,7 @@ class Keeper:
                 proc.poll()  # a sandbox whose supervisor ended is reaped here; the provider asks to free its layer
 
     def _handle(self, request):
-        fds = []
+        fds: list[int] = []
         try:
             reply = getattr(self, "op_" + request["op"])(request, fds)
             message = {"id": request["id"], "ok": reply}

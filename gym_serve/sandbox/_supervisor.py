@@ -84,8 +84,8 @@ class _Child:
         self.pending = b""
         self.started = time.monotonic()
         self.deadline = deadline
-        self.status = None
-        self.exited_at = None
+        self.status: int | None = None
+        self.exited_at = 0.0
         self.timed_out = False
         self.waiters = []  # (request id, reply deadline or None)
 
@@ -126,6 +126,7 @@ class _Child:
         return not self.streams or time.monotonic() - self.exited_at > _DRAIN_S
 
     def result(self):
+        assert self.status is not None
         code = os.waitstatus_to_exitcode(self.status)
         return {
             "pid": self.pid,
@@ -136,7 +137,7 @@ class _Child:
             "stdout_truncated": self.truncated["stdout"],
             "stderr_truncated": self.truncated["stderr"],
             "timed_out": self.timed_out,
-            "wall_s": (self.exited_at or time.monotonic()) - self.started,
+            "wall_s": self.exited_at - self.started,
         }
 
 
