@@ -4,8 +4,8 @@ A sandbox's memory, process count and CPU bandwidth are then bounded for the who
 per process: the provider puts the sandbox's PID 1 in a cgroup of its own before any command runs,
 and every process it starts is born there. cgroup v1 (`memory`, `pids`, `cpu`) and v2 (a unified
 hierarchy with those controllers) are both read. Each provider's cgroups live under one parent
-named with its pid, made beneath the provider's own cgroup; a provider that died leaves that
-parent behind, and the next provider to start removes it (`sweep_dead`).
+named with its process's pid and its tag, made beneath the process's own cgroup; a provider whose
+process died leaves that parent behind, and the next provider to start removes it (`_sweep_dead`).
 
 A non-root provider cannot write cgroups: its sandboxes fall back to rlimits (README).
 """
@@ -59,7 +59,7 @@ class CgroupRoot:
         self.version = version
 
     @classmethod
-    def make(cls) -> CgroupRoot | None:
+    def make(cls, tag: str) -> CgroupRoot | None:
         if os.geteuid() != 0:
             return None
         own = _own_cgroups()
@@ -67,14 +67,16 @@ class CgroupRoot:
             base = _ROOT / own.get("", "/").lstrip("/")
             if not {"memory", "pids", "cpu"} <= set((base / "cgroup.controllers").read_text().split()):
                 return None
-            parents = {"": base / f"{_PREFIX}{os.getpid()}"}
+            parents = {"": base / f"{_PREFIX}{os.getpid()}-{tag}"}
             version = 2
         else:
             parents = {}
             for controller in _V1:
                 if controller not in own or not (_ROOT / controller).is_dir():
                     return None
-                parents[controller] = _ROOT / controller / own[controller].lstrip("/") / f"{_PREFIX}{os.getpid()}"
+                parents[controller] = (
+                    _ROOT / controller / own[controller].lstrip("/") / f"{_PREFIX}{os.getpid()}-{tag}"
+                )
             version = 1
         try:
             for parent in parents.values():
@@ -128,7 +130,7 @@ def _own_cgroups() -> dict[str, str]:
 def _sweep_dead(folder: Path) -> None:
     """Remove the cgroups of providers whose process is gone (a replica that was killed)."""
     for entry in folder.glob(f"{_PREFIX}*"):
-        pid = entry.name.removeprefix(_PREFIX)
+        pid = entry.name.removeprefix(_PREFIX).split("-")[0]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             for child in entry.iterdir():
                 if child.is_dir():

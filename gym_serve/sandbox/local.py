@@ -125,6 +125,8 @@ class LocalProvider:
         self.sweep_every_s = sweep_every_s
         self.holder_alive = holder_alive
         self.use_cgroups = use_cgroups
+        self.tag = uuid.uuid4().hex[:12]
+        """Named in the command lines of its keeper and sandboxes, and in its cgroups: what it left can be found."""
         self._keeper: _Keeper | None = None
         self._cgroups: CgroupRoot | None = None
         self._sandboxes: dict[str, _Sandbox] = {}
@@ -135,6 +137,8 @@ class LocalProvider:
         self._pinned: dict[str, float] = {}
         self._chains: dict[str, list[str]] = {}
         """Each snapshot's layers, its own first: what a sandbox made from it stacks over its base."""
+        self._whole: set[str] = set()
+        """Snapshots of copied workspaces (`cow="copy"`): each holds every file, so nothing goes under it."""
         self._names = itertools.count()
         self._reaper: asyncio.Task[None] | None = None
         self._started = asyncio.Lock()
@@ -156,10 +160,10 @@ class LocalProvider:
                 return
             if self._closed:
                 raise SandboxError("this sandbox provider is closed")
-            keeper = _Keeper.spawn()  # from this (the loop's) thread: a parent-death signal follows the thread
+            keeper = _Keeper.spawn(self.tag)  # from this (the loop's) thread: a parent-death signal follows the thread
             await asyncio.to_thread(keeper.ready)
             self._keeper = keeper
-            self._cgroups = await asyncio.to_thread(CgroupRoot.make) if self.use_cgroups else None
+            self._cgroups = await asyncio.to_thread(CgroupRoot.make, self.tag) if self.use_cgroups else None
             self._reaper = asyncio.create_task(self._reap_forever())
 
     async def close(self) -> None:
@@ -170,8 +174,8 @@ class LocalProvider:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        for box in [*self._sandboxes.values(), *(b for pool in self._pools.values() for b in pool)]:
-            box.channel.close()
+        boxes = [*self._sandboxes.values(), *(b for pool in self._pools.values() for b in pool)]
+        await asyncio.gather(*(box.channel.aclose() for box in boxes))
         self._sandboxes.clear()
         self._pools.clear()
         if self._keeper is not None:
@@ -258,15 +262,19 @@ class LocalProvider:
         snapshot_id = f"{self.prefix}/{name}"
         self._snapshot_refs[name] = 0
         self._pinned[name] = time.monotonic()
-        for parent in box.snapshots:  # its layers stack on the ones this sandbox started from
-            self._snapshot_refs[parent] += 1
-        self._chains[name] = [name, *box.snapshots]
+        if box.cow == "copy":  # the copy holds every file: it stands alone, on no base and no other layer
+            self._whole.add(name)
+            self._chains[name] = [name]
+        else:  # only what this sandbox changed: it stacks on the layers the sandbox started from
+            for parent in box.snapshots:
+                self._snapshot_refs[parent] += 1
+            self._chains[name] = [name, *box.snapshots]
         return snapshot_id
 
     async def drop_snapshot(self, snapshot: str) -> None:
         name = snapshot.rsplit("/", 1)[-1]
         if self._pinned.pop(name, None) is not None:
-            await self._release([name])
+            await self._drop_if_unused(name)
 
     async def destroy(self, sandbox: str) -> None:
         box = self._sandboxes.pop(sandbox, None)
@@ -369,17 +377,22 @@ class LocalProvider:
         return list(chain)
 
     async def _release(self, layers: list[str]) -> None:
-        keeper = self._keeper
+        """A sandbox that stood on these snapshot layers is gone: each goes when nothing else holds it."""
         for layer in layers:
-            if layer not in self._snapshot_refs:
-                continue
-            self._snapshot_refs[layer] -= 1
-            if self._snapshot_refs[layer] <= 0 and layer not in self._pinned:
-                del self._snapshot_refs[layer]
-                chain = self._chains.pop(layer, [])
-                if keeper is not None:
-                    await keeper.call("drop", snapshot=layer)
-                await self._release(chain[1:])  # its own parents, which it held
+            if layer in self._snapshot_refs:
+                self._snapshot_refs[layer] -= 1
+                await self._drop_if_unused(layer)
+
+    async def _drop_if_unused(self, layer: str) -> None:
+        """Drop a snapshot layer no sandbox, no later snapshot and no pin holds; then the layers it held."""
+        if self._snapshot_refs.get(layer, 0) > 0 or layer in self._pinned or layer not in self._chains:
+            return
+        del self._snapshot_refs[layer]
+        self._whole.discard(layer)
+        parents = self._chains.pop(layer)[1:]
+        if self._keeper is not None:
+            await self._keeper.call("drop", snapshot=layer)
+        await self._release(parents)
 
     async def _claimable(self, base: Base, limits: Limits, endpoints: tuple[Endpoint, ...]) -> _Sandbox:
         """A spawned, unclaimed sandbox: from the warm pool when one is ready, else a fresh one."""
@@ -415,7 +428,7 @@ class LocalProvider:
         keeper = self._require_keeper()
         base_path = await self._base_path(base)
         name = f"s{next(self._names)}"
-        argv = _sandbox_argv(base, base_path, endpoints)
+        argv = _sandbox_argv(base, base_path, endpoints, self.tag)
         reply, fds = await keeper.call_with_fds(
             "spawn", name=name, argv=argv, disk_bytes=limits.disk_mb << 20, max_files=limits.max_files
         )
@@ -432,7 +445,7 @@ class LocalProvider:
                 )
                 await asyncio.to_thread(cgroup.add, int(reply["child_pid"]))  # before any command is born
         except OSError as e:
-            channel.close()
+            await channel.aclose()
             await keeper.call("reap", name=name)
             if cgroup is not None:
                 await asyncio.to_thread(cgroup.remove)
@@ -461,7 +474,8 @@ class LocalProvider:
             box,
             "setup",
             _REPLY_GRACE_S * 3,
-            lowers=[f"{_LAYERS}/snaps/{s}" for s in snapshots] + [base_lower],
+            lowers=[f"{_LAYERS}/snaps/{s}" for s in snapshots]
+            + ([] if set(snapshots) & self._whole else [base_lower]),
             upper=f"{_LAYERS}/{box.name}/upper",
             work=f"{_LAYERS}/{box.name}/work",
             tmp=f"{_LAYERS}/{box.name}/tmp",
@@ -500,7 +514,7 @@ class LocalProvider:
             raise SandboxGone(f"sandbox `{box.id}` ended under `{op}` ({e})") from None
 
     async def _end(self, box: _Sandbox) -> None:
-        box.channel.close()
+        await box.channel.aclose()
         keeper = self._keeper
         if keeper is not None:
             with contextlib.suppress(SandboxError, OSError):
@@ -582,7 +596,7 @@ class _Keeper:
         self.buffer = b""
 
     @classmethod
-    def spawn(cls) -> _Keeper:
+    def spawn(cls, tag: str) -> _Keeper:
         """Start the keeper; `ready` waits for it to answer."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         command = [
@@ -590,6 +604,7 @@ class _Keeper:
             "--unshare-user", "--uid", "0", "--gid", "0", "--cap-add", "ALL",
             "--dev-bind", "/", "/", "--tmpfs", "/dev/shm", "--die-with-parent",
             "--", host.sandbox_python(), "-I", "-S", "-B", "-c", _source("_keeper.py"), str(theirs.fileno()),
+            f"gs-sandbox-tag={tag}",
         ]  # fmt: skip
         try:
             proc = subprocess.Popen(
@@ -731,11 +746,19 @@ class _Channel:
             self.writer.close()
         self.task.cancel()
 
+    async def aclose(self) -> None:
+        """Close, and wait until the socket is closed (a loop that ends first would leave it open)."""
+        self.close()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await self.writer.wait_closed()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
 
 # ---- the command lines ---------------------------------------------------------------------------------------------
 
 
-def _sandbox_argv(base: Base, base_path: str, endpoints: tuple[Endpoint, ...]) -> list[str]:
+def _sandbox_argv(base: Base, base_path: str, endpoints: tuple[Endpoint, ...], tag: str) -> list[str]:
     """bwrap's arguments for one sandbox (run by the keeper, which fills in `{channel}` and `{info}`)."""
     argv = [
         host.bwrap(),
@@ -759,7 +782,7 @@ def _sandbox_argv(base: Base, base_path: str, endpoints: tuple[Endpoint, ...]) -
         "--bind", "/dev/shm", _LAYERS,  # the keeper's layers: unmounted by the supervisor before anything runs
         "--proc", "/proc", "--dev", "/dev", "--dir", "/workspace", "--dir", "/tmp", "--chdir", "/",
         "--", host.sandbox_python(), "-I", "-S", "-B", "-c", _source("_supervisor.py"), "{channel}",
-        _source("_confine.py"),
+        _source("_confine.py"), f"gs-sandbox-tag={tag}",
     ]  # fmt: skip
     return argv
 
