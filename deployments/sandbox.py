@@ -90,7 +90,8 @@ class SandboxDeployment:
         await self.provider.destroy(sandbox)
 
     async def stats(self) -> dict[str, Any]:
-        """What this replica holds: live and warm sandboxes, whether cgroups bound them, its process id."""
+        """What this replica holds: live and warm sandboxes, whether cgroups bound them, its process id, and its
+        provider's tag (in the command line of every process of its sandboxes)."""
         import os
 
         return {
@@ -98,6 +99,7 @@ class SandboxDeployment:
             "warm": self.provider.warm_count,
             "cgroups": self.provider.uses_cgroups,
             "pid": os.getpid(),
+            "tag": self.provider.tag,
         }
 
     def record_autoscaling_stats(self) -> dict[str, float]:
