@@ -4,9 +4,9 @@ Started by the verifier as `python -I -B -c <this file>`, inside the sandbox's n
 in the fallback, as a plain child process). It reads one JSON spec from stdin (the tests and
 expected values live only here, in this process's memory, never in a file), makes itself
 non-dumpable, leaves the work dir (its working directory is `/`), raises the kernel's walls on
-itself (`_sandbox_confine.confine_harness`: no capabilities, so the mounts stay as they are;
+itself (`gym_serve.sandbox._confine.confine_harness`: no capabilities, so the mounts stay as they are;
 seccomp; Landlock), and runs the solution in separate *runner* processes (`_sandbox_runner.py`),
-each confined by `_sandbox_confine.confine` before it execs. It writes one JSON result line to
+each confined by `gym_serve.sandbox._confine.confine` before it execs. It writes one JSON result line to
 its stdout, which no runner inherits or can reach.
 
 Nothing the solution names is ever imported here: a module the solution's namespace holds
@@ -432,8 +432,8 @@ class Harness:
         self.spec = spec
         self.work = spec["work_dir"]
         self.env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.work, "TMPDIR": self.work, "LANG": "C.UTF-8"}
-        self.confine = types.ModuleType("_sandbox_confine")
-        exec(compile(spec["confine_source"], "_sandbox_confine.py", "exec"), self.confine.__dict__)
+        self.confine = types.ModuleType("_confine")
+        exec(compile(spec["confine_source"], "_confine.py", "exec"), self.confine.__dict__)
         self.groups = []
         self.read_dirs = sorted(
             {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", sys.prefix, sys.base_prefix,

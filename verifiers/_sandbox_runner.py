@@ -1,6 +1,6 @@
 """The untrusted side of the code sandbox: runs the solution, and answers the harness's calls into it.
 
-Started by the harness as `python -I -B -c <this file> MODE`, confined (see `_sandbox_confine`).
+Started by the harness as `python -I -B -c <this file> MODE`, confined (see `gym_serve.sandbox._confine`).
 Nothing here is trusted: the solution shares this interpreter and may rewrite any of it. That is
 fine by design: the tests, the expected values and the result channel are in the harness, a
 separate process; all the solution can change here is what it answers, which is what the harness

@@ -1,7 +1,7 @@
 """Run model-written Python against tests in a sandbox the solution cannot game, off the event loop.
 
 The policy being trained writes the code, so the code is an adversary of its own reward. The
-threat model and what stops each attack are in `verifiers/README.md`; in short:
+threat model and what stops each attack are in `gym_serve/sandbox/README.md`; in short:
 
 - **Two processes.** A trusted *harness* (`_sandbox_harness.py`) holds the tests and the
   expected values (sent on its stdin, never written to a file) and reports the verdict on its
@@ -14,7 +14,7 @@ threat model and what stops each attack are in `verifiers/README.md`; in short:
   harness's own copies only from a fixed list of side-effect-free standard-library modules,
   else as opaque handles; the harness's working directory is `/`, never the work dir; and the
   verdict must cover exactly the tests sent. A harness that ends early scores 0.
-- **Kernel walls** on every runner (`_sandbox_confine.py`): no capabilities, seccomp (no
+- **Kernel walls** on every runner (`gym_serve.sandbox._confine`): no capabilities, seccomp (no
   signals to other processes, no ptrace, no sockets, no new namespaces), Landlock where the
   kernel has it (reads only system and Python dirs, writes only the work dir, no TCP, no
   signals out), rlimits (CPU, memory, file size, processes), a wall clock and an output cap.
@@ -22,12 +22,14 @@ threat model and what stops each attack are in `verifiers/README.md`; in short:
   in it, the mounts, the network, the caller and its secrets stay out of reach); it may
   signal only process groups, and, in the fallback, never leave the session the verifier
   kills at the end.
-- **Isolation** (`isolation()`):
-  `namespaces`: the harness is PID 1 of new user, PID, network and mount namespaces; every
-  mount is read-only but a size-limited tmpfs over `/tmp` (the work dir), so the total disk a
-  sandbox can fill is bounded by the kernel and nothing of it exists on the host; when the
-  harness ends, or the verifier dies (parent-death signal), every process in it dies. As
-  root, it all runs as `nobody`.
+- **Isolation** (`isolation()`, `gym_serve.sandbox.oneshot`: the one sandbox implementation, which
+  also makes the workspaces rollouts work in):
+  `namespaces`: the harness is PID 1 of new user, PID, network, IPC and UTS namespaces made by
+  bubblewrap over a read-only view of the system's and the interpreter's folders; its only
+  writable place is a size-limited tmpfs over `/tmp` (the work dir), so the total disk a sandbox
+  can fill is bounded by the kernel and nothing of it exists on the host; when the harness ends,
+  or the verifier dies (parent-death signal), every process in it dies. As root, it all runs as
+  `nobody`.
   `fallback` (user namespaces refused, e.g. a non-root container): the harness is a child of
   the verifier and dies with it (a parent-death signal it handles by killing its runners'
   process groups, which seccomp keeps every runner descendant in; the verifier kills them too);

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -38,7 +39,7 @@ from pydantic import BaseModel, Field
 
 from gym_serve import Response, Task, Verdict
 from gym_serve.environment.workspace import Workspace, WorkspaceEnvironment, workspace_errors
-from gym_serve.envs.swe_fix import hacks, judge, patch_check
+from gym_serve.envs.swe_fix import hacks, judge, patch_check, restore
 from gym_serve.envs.swe_fix.patches import apply
 from gym_serve.errors import VerifierTimeoutError
 from gym_serve.sandbox import Base, BaseFile, Limits, PathOutsideWorkspace, SandboxFileNotFound, host
@@ -82,7 +83,9 @@ class SweFix(WorkspaceEnvironment[FixTask, FixState]):
     """Fix a bug in `textkit` from its problem statement (see the module docstring)."""
 
     Config = FixConfig
-    verify_budget_s: ClassVar[float] = 10.0
+    verify_budget_s: ClassVar[float] = 60.0
+    """A verify runs the repository's test suite in the rollout's sandbox: about a second on a quiet 2-core machine,
+    tens of seconds with rollouts beside it on a loaded one."""
     limits: ClassVar[Limits] = Limits(cpu_s=60, memory_mb=1024, disk_mb=256, wall_s=60.0, output_bytes=64 << 10)
 
     def base_for(self, task: FixTask) -> Base:
@@ -116,11 +119,11 @@ class SweFix(WorkspaceEnvironment[FixTask, FixState]):
     async def _judge(self, task: FixTask, state: FixState) -> Verdict:
         sandboxes, sandbox = self.sandboxes, state.sandbox
         await sandboxes.kill_all(sandbox)  # what the rollout left running can change nothing from here on
-        try:
-            library = await self._restore(sandbox)
-        except (PathOutsideWorkspace, SandboxFileNotFound) as e:
-            return _zero(f"the repository is not where it was: {e}")
-        found = [p for path, text in library.items() for p in patch_check.problems(path, pristine_files()[path], text)]
+        library = await self._restore(sandbox)
+        if library is None:
+            return _zero("the repository could not be put back (it is not where it was, or its library is too large)")
+        pristine = pristine_files()
+        found = [p for path, text in library.items() for p in patch_check.problems(path, pristine[path], text)]
         model_patch = _diff(library)
         if found:
             return _zero("the changed code breaks the rules: " + "; ".join(found), model_patch=model_patch)
@@ -128,14 +131,8 @@ class SweFix(WorkspaceEnvironment[FixTask, FixState]):
         nonce, stdin = judge.stdin_for(tests)
         command = [host.sandbox_python(), "-I", "-S", "-B", "-c", judge.SOURCE]
         timeout = self.config.test_timeout_s
-        run = await sandboxes.exec(
-            sandbox,
-            command,
-            timeout_s=timeout,
-            stdin=stdin,
-            cwd=WORKSPACE_REPO,
-            env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
-        )
+        env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        run = await sandboxes.exec(sandbox, command, timeout_s=timeout, stdin=stdin, cwd=WORKSPACE_REPO, env=env)
         if run.timed_out or run.signal == 24:  # the wall deadline, or the CPU one (SIGXCPU)
             raise VerifierTimeoutError(f"the tests did not finish within {timeout:g} s")
         verdict = judge.read_verdict(run.stdout, nonce, tests)
@@ -153,33 +150,22 @@ class SweFix(WorkspaceEnvironment[FixTask, FixState]):
             fields={"tests_failed": failed[:20], "model_patch": model_patch},
         )
 
-    async def _restore(self, sandbox: str) -> dict[str, str]:
-        """Put back everything of the pristine repository but the library's modules; delete what was added.
-
-        Returns the library's modules as the agent left them (a deleted one is missing)."""
-        sandboxes = self.sandboxes
+    async def _restore(self, sandbox: str) -> dict[str, str] | None:
+        """Put back everything of the pristine repository but the library's modules (`restore.SOURCE`, in one
+        command); the modules as the agent left them (a deleted one missing), or None when that failed."""
         pristine = pristine_files()
-        modules = {p for p in pristine if p.startswith(f"{LIBRARY}/")}
-        top = {entry.name for entry in await sandboxes.list_files(sandbox, WORKSPACE_REPO)}
-        doomed = [f"{WORKSPACE_REPO}/{name}" for name in top if name not in (LIBRARY, ".git")]
-        in_library = await sandboxes.list_files(sandbox, f"{WORKSPACE_REPO}/{LIBRARY}") if LIBRARY in top else []
-        doomed += [
-            f"{WORKSPACE_REPO}/{LIBRARY}/{entry.name}"
-            for entry in in_library
-            if f"{LIBRARY}/{entry.name}" not in modules or entry.kind != "file"
-        ]
-        if doomed:
-            await sandboxes.exec(sandbox, ["rm", "-rf", "--", *doomed], timeout_s=60)
-        for path, text in pristine.items():
-            if path not in modules:
-                await sandboxes.write_file(sandbox, f"{WORKSPACE_REPO}/{path}", text.encode(), make_dirs=True)
-        kept = {}
-        for path in sorted(modules):
-            try:
-                kept[path] = (await sandboxes.read_file(sandbox, f"{WORKSPACE_REPO}/{path}")).decode(errors="replace")
-            except SandboxFileNotFound:
-                continue
-        return kept
+        library = sorted(p for p in pristine if p.startswith(f"{LIBRARY}/"))
+        job = {
+            "package": LIBRARY,
+            "library": library,
+            "restore": {p: t for p, t in pristine.items() if p not in library},
+        }
+        command = [host.sandbox_python(), "-I", "-S", "-B", "-c", restore.SOURCE]
+        try:
+            run = await self.sandboxes.exec(sandbox, command, stdin=json.dumps(job).encode(), cwd=WORKSPACE_REPO)
+        except (PathOutsideWorkspace, SandboxFileNotFound):
+            return None
+        return restore.read_library(run.stdout, library) if run.ok and not run.truncated else None
 
 
 def _zero(reason: str, model_patch: str = "") -> Verdict:

@@ -353,7 +353,8 @@ class SandboxArgs(BaseModel):
     limits: dict[str, Any] = Field(
         default_factory=dict,
         description="Default limits of a sandbox (`gym_serve.sandbox.Limits`: cpu_s, cpus, memory_mb, "
-        "max_processes, disk_mb, max_files, wall_s, output_bytes, ttl_s, max_lifetime_s, network).",
+        "max_processes, disk_mb, max_files, wall_s, output_bytes, ttl_s, max_lifetime_s, network); an environment "
+        "that names its own (`WorkspaceEnvironment.limits`) gets those.",
     )
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
 
