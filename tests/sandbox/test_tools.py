@@ -14,6 +14,7 @@ import pytest
 from gym_serve.environment.core import Task
 from gym_serve.environment.runner import EnvRunner
 from gym_serve.environment.workspace import Workspace, WorkspaceEnvironment
+from gym_serve.errors import EnvError, FailureKind, SessionLostError, failure_kind
 from gym_serve.sandbox import Base, BaseFile, Limits
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -106,3 +107,24 @@ async def test_the_editor_views_creates_replaces_inserts_and_undoes() -> None:
     output, state = await edit(runner, state, command="undo_edit", path="done.txt")
     assert "the file it created is removed" in output
     assert (await runner.verify(ROW, {"output": []}, state))["reward"] == 0.0
+
+
+class Nowhere(Notes):
+    """A workspace environment whose base folder does not exist."""
+
+    def base_for(self, task: Task) -> Base:
+        return Base(folder="/nonexistent/gym-serve-base")
+
+
+async def test_a_sandboxs_failures_are_the_rollouts_failure_kinds() -> None:
+    with pytest.raises(EnvError, match="/nonexistent/gym-serve-base") as missing:
+        await EnvRunner(Nowhere()).seed(ROW)
+    assert failure_kind(missing.value) is FailureKind.ENV_ERROR
+    runner = EnvRunner(Notes())
+    state = await runner.seed(ROW)
+    await runner.env.sandboxes.destroy(state["sandbox"])  # type: ignore[attr-defined]  # gone under the rollout
+    with pytest.raises(SessionLostError) as lost:
+        await call(runner, state, "bash", command="true")
+    assert failure_kind(lost.value) is FailureKind.SESSION_LOST
+    output, _ = await call(runner, await runner.seed(ROW), "str_replace_editor", command="view", path="../../etc")
+    assert output.startswith("Error: tool `str_replace_editor` failed: PathOutsideWorkspace")  # the model's to read
