@@ -1,11 +1,28 @@
-"""What tests that run the repository's files share: its root folder, and Ctrl-C for the processes they start."""
+"""What tests that run the repository's files share: its root folder, Ctrl-C for the processes they start, and a
+folder every user can reach."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def tmp() -> Iterator[Path]:
+    """A folder every user can reach and write (pytest's own `tmp_path` is private to root): for callers and
+    sandboxes running as `nobody`; removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="gs-isolation-"))
+    os.chmod(path, 0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def interruptible() -> None:

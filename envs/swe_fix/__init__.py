@@ -83,6 +83,7 @@ class SweFix(WorkspaceEnvironment[FixTask, FixState]):
     """Fix a bug in `textkit` from its problem statement (see the module docstring)."""
 
     Config = FixConfig
+    verify_timeout_s: float = 300.0
     verify_budget_s: ClassVar[float] = 60.0
     """A verify runs the repository's test suite in the rollout's sandbox: about a second on a quiet 2-core machine,
     tens of seconds with rollouts beside it on a loaded one."""

@@ -30,6 +30,7 @@ server's pin) are reported as notes.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from importlib import resources
@@ -188,26 +189,38 @@ async def _check_non_answers(
     cls: type[Environment], rows: list[tuple[int, dict[str, Any]]], report: EnvReport
 ) -> None:
     """Every non-answer must score 0 on every row: a verifier that pays for one teaches it. So must every reward hack
-    the environment names (`Environment.reward_hacks`), played on its first row. The checks of a row run together."""
+    the environment names (`Environment.reward_hacks`), played on its first row. A row's checks run a few at a time
+    (one per CPU: a verifier may run a test suite)."""
     env = cls()
     runner = EnvRunner(env)
+    slots = asyncio.Semaphore(max(2, os.cpu_count() or 1))
 
     async def one(name: str, row: dict[str, Any], text: str) -> str | None:
-        message = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
-        try:
-            state = await runner.seed(row) if runner.info.has_seed else None
-            verdict = await runner.verify(row, {"output": [message]}, state)
-        except Exception as e:  # noqa: BLE001 - a verifier that breaks on a non-answer is a finding too
-            return f"non-answer `{name}` broke verify: {type(e).__name__}: {e}"
-        reward = float(verdict["reward"])
-        return f"non-answer `{name}` scored {reward:g}" if reward != 0.0 else None
+        async with slots:
+            return await _non_answer(runner, name, row, text)
+
+    async def hack(name: str, row: dict[str, Any], turns: list[list[dict[str, Any]]]) -> str | None:
+        async with slots:
+            return await _hack(env, name, row, turns)
 
     for index, ((_, row), result) in enumerate(zip(rows, report.rows, strict=True)):
         task = cls.Task.model_validate(row)
         checks = [one(name, row, text) for name, text in non_answers(task.prompt_text()).items()]
         if index == 0:
-            checks += [_hack(env, name, row, turns) for name, turns in cls.reward_hacks(task).items()]
+            checks += [hack(name, row, turns) for name, turns in cls.reward_hacks(task).items()]
         result.problems += [problem for problem in await asyncio.gather(*checks) if problem is not None]
+
+
+async def _non_answer(runner: EnvRunner, name: str, row: dict[str, Any], text: str) -> str | None:
+    """A text non-answer from a fresh `seed`: a problem when it scores above 0 (or verify breaks on it)."""
+    message = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+    try:
+        state = await runner.seed(row) if runner.info.has_seed else None
+        verdict = await runner.verify(row, {"output": [message]}, state)
+    except Exception as e:  # noqa: BLE001 - a verifier that breaks on a non-answer is a finding too
+        return f"non-answer `{name}` broke verify: {type(e).__name__}: {e}"
+    reward = float(verdict["reward"])
+    return f"non-answer `{name}` scored {reward:g}" if reward != 0.0 else None
 
 
 async def _hack(env: Environment, name: str, row: dict[str, Any], turns: list[list[dict[str, Any]]]) -> str | None:

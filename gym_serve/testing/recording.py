@@ -19,6 +19,7 @@ from gym_serve.environment.core import Environment
 from gym_serve.errors import EnvError
 from gym_serve.rollout.local import run_local
 from gym_serve.rollout.scripted import ScriptedModel, Turns
+from gym_serve.wire.pieces import function_call
 
 __all__ = ["Example", "Scripted", "Turns", "call", "message", "record", "says"]
 
@@ -37,15 +38,8 @@ def message(text: str, item_id: str = "0") -> Item:
     }
 
 
-def call(name: str, args: dict[str, Any], call_id: str) -> Item:
-    return {
-        "type": "function_call",
-        "id": f"fc_{call_id}",
-        "call_id": call_id,
-        "name": name,
-        "arguments": json.dumps(args, separators=(",", ":")),
-        "status": "completed",
-    }
+call = function_call
+"""A function call item: the scripted model calling tool `name` (`gym_serve.wire.pieces.function_call`)."""
 
 
 def says(text: str) -> Turns:

@@ -54,17 +54,16 @@ print(json.dumps(asyncio.run(main())))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged uid needs root")
-async def test_every_attack_is_contained_when_the_provider_runs_as_nobody(open_tmp: Path) -> None:
-    os.chmod(open_tmp, 0o777)
+async def test_every_attack_is_contained_when_the_provider_runs_as_nobody(tmp: Path) -> None:
     secret = f"sk-{uuid.uuid4().hex}"
     python = shutil.which("python3", path="/usr/bin:/bin")
     assert python is not None
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(open_tmp), "TMPDIR": str(open_tmp), "LANG": "C.UTF-8"}
-    env |= {"PYTHONPATH": venv_site(open_tmp), SECRET_ENV: secret}
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp), "TMPDIR": str(tmp), "LANG": "C.UTF-8"}
+    env |= {"PYTHONPATH": venv_site(tmp), SECRET_ENV: secret}
     command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", python, "-c", NOBODY_RUNNER]
     before = mounts()
     done = await asyncio.to_thread(
-        subprocess.run, command, env=env, cwd=open_tmp, capture_output=True, text=True, timeout=600
+        subprocess.run, command, env=env, cwd=tmp, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])

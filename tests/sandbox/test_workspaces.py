@@ -72,10 +72,8 @@ async def test_create_exec_files_destroy(provider: LocalProvider) -> None:
     await provider.destroy(sandbox)  # destroying one that is gone is no error
 
 
-async def test_the_base_is_read_only_and_each_sandbox_writes_its_own_layer(
-    provider: LocalProvider, open_tmp: Path
-) -> None:
-    folder = open_tmp / "base"
+async def test_the_base_is_read_only_and_each_sandbox_writes_its_own_layer(provider: LocalProvider, tmp: Path) -> None:
+    folder = tmp / "base"
     (folder / "repo").mkdir(parents=True)
     (folder / "repo" / "app.py").write_text("original\n")
     in_place = Base(folder=str(folder))
@@ -207,10 +205,10 @@ class _UnixHTTPServer(HTTPServer):
 
 
 async def test_a_gateway_socket_bound_in_is_reachable_on_loopback_and_nothing_else_is(
-    provider: LocalProvider, open_tmp: Path
+    provider: LocalProvider, tmp: Path
 ) -> None:
     """The harness-agent path (issue 26): a host UNIX socket bound into the sandbox, served on 127.0.0.1 inside."""
-    path = open_tmp / "gateway.sock"
+    path = tmp / "gateway.sock"
     server = _UnixHTTPServer(str(path), _Gateway)
     os.chmod(path, 0o777)  # the sandbox's user (nobody, as root) connects to it
     threading.Thread(target=server.serve_forever, daemon=True).start()
