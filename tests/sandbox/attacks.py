@@ -98,13 +98,13 @@ def attacks(outside: Outside, replica_pid: int, victim_secret: str) -> dict[str,
         "network_interfaces": "cat /proc/net/dev | tail -n +3 | cut -d: -f1",
         "host_environment": f"env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; echo ${SECRET_ENV}",
         "other_sandbox_files": f"grep -rl '{victim_secret}' /workspace /tmp /run /.layers 2>/dev/null; "
-        "ls /.layers /dev/shm /proc/*/root/.layers 2>&1 | head -n 20",
+        "r=root; ls /.layers /dev/shm /proc/*/$r/.layers 2>&1 | head -n 20",  # each process's root, /proc/PID/root
         "kill_the_replica": kill,
         "trace_the_replica": f'{py} "{ptrace}"',
         "sleep_forever": f"nohup sleep {outside.tag}7 >/dev/null 2>&1 & sleep infinity",
-        "escape_through_proc": "cat /proc/1/environ; cat /proc/1/mem | head -c 1; ls /proc/1/root/; "
+        "escape_through_proc": "r=root; cat /proc/1/environ; cat /proc/1/mem | head -c 1; ls /proc/1/$r; "
         "echo 3 > /proc/sys/vm/drop_caches; echo b > /proc/sysrq-trigger; "
-        f"echo pwned > /proc/1/root/{outside.host_file}; echo pwned > {outside.host_file}; "
+        f"echo pwned > /proc/1/$r{outside.host_file}; echo pwned > {outside.host_file}; "
         "mount -t tmpfs none /mnt; unshare -U true && echo UNSHARED; "
         "ls /proc | grep -c '^[0-9]'",
     }
