@@ -14,7 +14,7 @@ from ray import serve
 
 from gym_serve.calls.autoscaling import live_sandboxes_policy
 from gym_serve.calls.routing import replica_key, session_router_config
-from gym_serve.calls.sandboxes import SandboxTierClient
+from gym_serve.calls.sandboxes import Holder, SandboxTierClient
 from gym_serve.deployments.app import build_app
 from gym_serve.deployments.sandbox import SandboxDeployment
 from gym_serve.environment.workspace import workspace_errors
@@ -124,4 +124,35 @@ async def test_sandbox_args_add_a_tier_that_scales_on_live_sandboxes(serve_insta
     assert sandbox_replicas(name) == 2, "the tier scaled on what it holds, with no request in flight"
     for sandbox in sandboxes:
         await client.destroy(sandbox)
+    serve.delete(name)
+
+
+@ray.remote(num_cpus=0)
+class _Agent:
+    """An actor standing for the Agent replica that holds a rollout's sandbox."""
+
+
+@pytest.mark.serve
+@pytest.mark.timeout(300)
+async def test_the_sandboxes_of_a_holder_that_died_are_reaped(serve_instance: None) -> None:
+    name = unique("sandbox-holder")
+    options = {"request_router_config": session_router_config(), "ray_actor_options": {"num_cpus": 0}}
+    handle = serve.run(SandboxDeployment.options(**options).bind(SandboxArgs(warm=0)), name=name, route_prefix=None)
+    client = SandboxTierClient(handle)
+    holder, other = _Agent.remote(), _Agent.remote()  # type: ignore[attr-defined]
+    await holder.__ray_ready__.remote()
+    await other.__ray_ready__.remote()
+    held = [await client.create(BASE, holder=Holder(holder)) for _ in range(2)]
+    kept = await client.create(BASE, holder=Holder(other))
+    await asyncio.sleep(2.0)  # a sweep with the holder alive keeps its sandboxes
+    assert (await client.exec(held[0], "echo alive")).stdout == "alive\n"
+    ray.kill(holder)
+    deadline = time.monotonic() + 30
+    while (await handle.stats.remote())["live"] > 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    for sandbox in held:
+        with pytest.raises(SandboxGone):
+            await client.exec(sandbox, "true")
+    assert (await client.exec(kept, "echo kept")).stdout == "kept\n"
+    ray.kill(other)
     serve.delete(name)
