@@ -18,6 +18,7 @@ import ast
 import difflib
 import importlib.metadata
 import importlib.util
+import os
 import re
 import sys
 from functools import cache
@@ -31,13 +32,23 @@ from packaging.utils import canonicalize_name
 from gym_serve.errors import EnvError
 
 __all__ = [
+    "AGENTS",
     "INSTALL",
     "PREFIX",
+    "SERVERS",
+    "agent_config_defaults",
+    "agent_dir",
+    "agents_root",
+    "available_agents",
     "available_servers",
     "check_server",
+    "class_name_of",
     "data_dir",
     "entrypoint",
+    "entrypoint_of",
     "hosted_name",
+    "is_gymnasium",
+    "model_references",
     "server_class_name",
     "server_config_defaults",
     "server_dir",
@@ -53,7 +64,9 @@ INSTALL = (
     " holds the dependencies it needs)"
 )
 
-_NEMO_GYM_TOP_LEVEL = {"nemo_gym", "resources_servers", "responses_api_agents", "responses_api_models"}
+SERVERS = "resources_servers"
+AGENTS = "responses_api_agents"
+_NEMO_GYM_TOP_LEVEL = {"nemo_gym", SERVERS, AGENTS, "responses_api_models"}
 
 
 def hosted_name(server: str) -> str:
@@ -76,7 +89,16 @@ def server_name(environment: str) -> str | None:
 
 def servers_root() -> Path:
     """The installed `resources_servers` folder (a namespace package: locating it runs no code)."""
-    spec = importlib.util.find_spec("resources_servers")
+    return _root(SERVERS)
+
+
+def agents_root() -> Path:
+    """The installed `responses_api_agents` folder: NeMo Gym's agents."""
+    return _root(AGENTS)
+
+
+def _root(package: str) -> Path:
+    spec = importlib.util.find_spec(package)
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     if not locations:
         raise EnvError(f"NeMo Gym is not installed, so no NeMo Gym server can be hosted; install it: {INSTALL}")
@@ -85,8 +107,17 @@ def servers_root() -> Path:
 
 def available_servers() -> list[str]:
     """The names of the installed servers (folders with a server entrypoint)."""
+    return _available(SERVERS)
+
+
+def available_agents() -> list[str]:
+    """The names of NeMo Gym's installed agents."""
+    return _available(AGENTS)
+
+
+def _available(package: str) -> list[str]:
     try:
-        root = servers_root()
+        root = _root(package)
     except EnvError:
         return []
     return sorted(d.name for d in root.iterdir() if d.is_dir() and (d / _entrypoint_name(d)).is_file())
@@ -94,18 +125,28 @@ def available_servers() -> list[str]:
 
 def server_dir(server: str) -> Path:
     """The folder of an installed server; an unknown name gets the nearest known ones."""
-    root = servers_root()
-    path = root / server
-    if "/" not in server and server and (path / _entrypoint_name(path)).is_file():
+    return _folder(SERVERS, server)
+
+
+def agent_dir(agent: str) -> Path:
+    """The folder of one of NeMo Gym's installed agents; an unknown name gets the nearest known ones."""
+    return _folder(AGENTS, agent)
+
+
+def _folder(package: str, name: str) -> Path:
+    root = _root(package)
+    path = root / name
+    if "/" not in name and name and (path / _entrypoint_name(path)).is_file():
         return path
-    known = available_servers()
-    close = difflib.get_close_matches(server, known, n=3, cutoff=0.5)
+    known = _available(package)
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = (
         f"did you mean {', '.join(f'`{c}`' for c in close)}?"
         if close
-        else f"{len(known)} servers are installed in {root}"
+        else f"{len(known)} are installed in {root}"
     )
-    raise EnvError(f"unknown NeMo Gym server `{server}`: {hint}")
+    what = "server" if package == SERVERS else "agent"
+    raise EnvError(f"unknown NeMo Gym {what} `{name}`: {hint}")
 
 
 def data_dir(server: str) -> Path:
@@ -115,17 +156,38 @@ def data_dir(server: str) -> Path:
 
 def entrypoint(server: str) -> Path:
     """The server's module file (`app.py` unless its config names another)."""
-    path = server_dir(server)
-    return path / _entrypoint_name(path)
+    return entrypoint_of(server_dir(server))
+
+
+def entrypoint_of(folder: Path) -> Path:
+    """The module file of the NeMo Gym server (or agent) in `folder`."""
+    return folder / _entrypoint_name(folder)
 
 
 def server_class_name(server: str) -> str:
     """The server's class: the one its entrypoint runs (`if __name__ == "__main__": X.run_webserver()`)."""
-    path = entrypoint(server)
+    return class_name_of(entrypoint(server))
+
+
+def class_name_of(path: Path) -> str:
+    """The class a NeMo Gym entrypoint file runs (`X.run_webserver()`)."""
     found = re.findall(r"^\s+(\w+)\.run_webserver\(\)", path.read_text(), flags=re.MULTILINE)
     if len(found) != 1:
         raise EnvError(f"{path}: cannot tell which class is the server (expected one `X.run_webserver()`)")
     return found[0]
+
+
+def is_gymnasium(server: str) -> bool:
+    """Whether the server is Gymnasium-style (`/reset`, `/step`): its class derives from NeMo Gym's
+    `GymnasiumServer` (read from its entrypoint, nothing imported)."""
+    path = entrypoint(server)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    name = server_class_name(server)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
+            return "GymnasiumServer" in bases
+    return False
 
 
 def server_config_defaults(server: str) -> dict[str, Any]:
@@ -134,6 +196,36 @@ def server_config_defaults(server: str) -> dict[str, Any]:
     `configs/<server>.yaml` is preferred; otherwise the first file, by name, that configures the server.
     """
     return dict(_config_block(server_dir(server)))
+
+
+def agent_config_defaults(agent: str) -> dict[str, Any]:
+    """The agent's own config block as NeMo Gym ships it (`configs/*.yaml`, `responses_api_agents: {<agent>: ...}`)."""
+    return dict(_config_block(agent_dir(agent)))
+
+
+def model_references(config: dict[str, Any]) -> dict[str, str]:
+    """The model servers a server's (or agent's) config names: config key path → NeMo Gym server name.
+
+    A reference is a `{type: responses_api_models, name: ...}` block, NeMo Gym's `ModelServerRef`.
+
+    >>> model_references({"judge_model_server": {"type": "responses_api_models", "name": "judge_model"}, "x": 1})
+    {'judge_model_server': 'judge_model'}
+    """
+    found: dict[str, str] = {}
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict):
+            if value.get("type") == "responses_api_models" and isinstance(value.get("name"), str):
+                found[path] = value["name"]
+                return
+            for key, item in value.items():
+                walk(item, f"{path}.{key}" if path else str(key))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                walk(item, f"{path}[{i}]")
+
+    walk(config, "")
+    return found
 
 
 def check_server(server: str) -> list[str]:
@@ -180,19 +272,34 @@ def _entrypoint_name(path: Path) -> str:
 
 @cache
 def _config_block(path: Path) -> dict[str, Any]:
+    """`path`'s block in its shipped configs: `<instance>: {<package>: {<folder>: {...}}}`."""
+    package = path.parent.name
     configs = path / "configs"
     files = sorted(configs.glob("*.yaml")) if configs.is_dir() else []
     preferred = configs / f"{path.name}.yaml"
     for file in ([preferred] if preferred in files else []) + files:
         try:
-            raw = yaml.safe_load(file.read_text())
+            raw = yaml.safe_load(_with_env_defaults(file.read_text()))
         except (OSError, yaml.YAMLError):
             continue
         for entry in (raw or {}).values() if isinstance(raw, dict) else ():
-            block = entry.get("resources_servers") if isinstance(entry, dict) else None
+            block = entry.get(package) if isinstance(entry, dict) else None
             if isinstance(block, dict) and isinstance(block.get(path.name), dict):
                 return block[path.name]
     return {}
+
+
+_ENV_INTERPOLATION = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^}]*))?\}")
+
+
+def _with_env_defaults(text: str) -> str:
+    """A config file's `${oc.env:NAME,default}` values resolved as NeMo Gym's config loader resolves them: the
+    variable where it is set, else the default (a YAML scalar), else null.
+
+    >>> _with_env_defaults("port: ${oc.env:GYM_SERVE_DOCTEST_UNSET,6000}")
+    'port: 6000'
+    """
+    return _ENV_INTERPOLATION.sub(lambda m: os.environ.get(m[1]) or (m[2] or "null").strip(), text)
 
 
 def _check_openai() -> None:
