@@ -42,7 +42,10 @@ POLICY = "policy_model"
 def agent_config(agent: str, config: dict[str, Any], resources_server: str | None) -> dict[str, Any]:
     """The agent's config: its shipped block, `config` merged over it, the server references filled in."""
     merged = _merged(catalog.agent_config_defaults(agent), config)
-    refs = (("resources_server", "resources_servers", resources_server), ("model_server", "responses_api_models", POLICY))
+    refs = (
+        ("resources_server", "resources_servers", resources_server),
+        ("model_server", "responses_api_models", POLICY),
+    )
     for key, kind, name in refs:
         ref = merged.get(key)
         if name is not None and (not isinstance(ref, dict) or ref.get("name") in (None, "???")):

@@ -48,6 +48,8 @@ __all__ = [
     "entrypoint_of",
     "hosted_name",
     "is_gymnasium",
+    "missing_modules",
+    "requirements",
     "model_references",
     "server_class_name",
     "server_config_defaults",
@@ -140,11 +142,7 @@ def _folder(package: str, name: str) -> Path:
         return path
     known = _available(package)
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-    hint = (
-        f"did you mean {', '.join(f'`{c}`' for c in close)}?"
-        if close
-        else f"{len(known)} are installed in {root}"
-    )
+    hint = f"did you mean {', '.join(f'`{c}`' for c in close)}?" if close else f"{len(known)} are installed in {root}"
     what = "server" if package == SERVERS else "agent"
     raise EnvError(f"unknown NeMo Gym {what} `{name}`: {hint}")
 
@@ -228,7 +226,7 @@ def model_references(config: dict[str, Any]) -> dict[str, str]:
     return found
 
 
-def check_server(server: str) -> list[str]:
+def check_server(server: str, *, installing: bool = False) -> list[str]:
     """The deploy-time check of a hosted server: raises `EnvError` if it cannot run here; returns warnings.
 
     Errors: unknown server, NeMo Gym not installed, an `openai` other than NeMo
@@ -237,18 +235,21 @@ def check_server(server: str) -> list[str]:
     a requirement that is not installed but not imported at load time either
     (some servers import lazily, others list what only their data scripts use),
     an installed package whose version differs from the server's pin.
+    `installing`: the server's packages are installed into an environment of
+    its own (`gym_serve.environment.nemo_gym.requirements`), so what is missing
+    here is not an error.
     """
     path = server_dir(server)
     _check_openai()
-    requirements = _requirements(path)
-    missing = _missing_modules(path)
+    listed = requirements(path)
+    missing = [] if installing else missing_modules_in(path)
     if missing:
         raise not_installed(path, missing)
     warnings = []
-    for line, requirement in requirements:
+    for line, requirement in listed:
         pinned = [s.version for s in requirement.specifier if s.operator == "=="]
         installed = _installed_version(requirement.name)
-        if installed is None:
+        if installed is None and not installing:
             warnings.append(f"`{server}` requires {line}, which is not installed (not imported when it loads)")
         elif pinned and installed not in pinned:
             warnings.append(f"`{server}` pins {line}; {installed} is installed")
@@ -258,8 +259,8 @@ def check_server(server: str) -> list[str]:
 def not_installed(path: Path, modules: list[str]) -> EnvError:
     """The error for a server (in folder `path`) that imports `modules`, which are not installed here: each named
     with the line of the server's `requirements.txt` that provides it, where one does."""
-    requirements = _requirements(path)
-    wanted = [_package_for(module, requirements) for module in modules]
+    listed = requirements(path)
+    wanted = [_package_for(module, listed) for module in modules]
     return EnvError(
         f"NeMo Gym server `{path.name}` imports what is not installed here: {'; '.join(wanted)}. "
         f"Its requirements: {path / 'requirements.txt'}"
@@ -319,7 +320,7 @@ def _check_openai() -> None:
                 )
 
 
-def _requirements(path: Path) -> list[tuple[str, Requirement]]:
+def requirements(path: Path) -> list[tuple[str, Requirement]]:
     """`(line, requirement)` of the server's `requirements.txt`, NeMo Gym itself left out; URLs named by project."""
     file = path / "requirements.txt"
     lines = file.read_text().splitlines() if file.is_file() else []
@@ -345,7 +346,12 @@ def _installed_version(distribution: str) -> str | None:
         return None
 
 
-def _missing_modules(path: Path) -> list[str]:
+def missing_modules(server: str) -> list[str]:
+    """Top-level modules the server's own files import at load time that cannot be found here."""
+    return missing_modules_in(server_dir(server))
+
+
+def missing_modules_in(path: Path) -> list[str]:
     """Top-level modules the server's own files import at load time that cannot be found here."""
     local = {p.stem for p in path.iterdir() if p.suffix == ".py" or (p.is_dir() and not p.name.startswith("."))}
     seen: set[str] = set()
