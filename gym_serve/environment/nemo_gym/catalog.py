@@ -38,6 +38,7 @@ __all__ = [
     "SERVERS",
     "agent_config_defaults",
     "agent_dir",
+    "agent_of",
     "agents_root",
     "available_agents",
     "available_servers",
@@ -199,6 +200,38 @@ def server_config_defaults(server: str) -> dict[str, Any]:
 def agent_config_defaults(agent: str) -> dict[str, Any]:
     """The agent's own config block as NeMo Gym ships it (`configs/*.yaml`, `responses_api_agents: {<agent>: ...}`)."""
     return dict(_config_block(agent_dir(agent)))
+
+
+def agent_of(instance: str) -> str | None:
+    """The NeMo Gym agent (its folder) behind an agent instance named in NeMo Gym's shipped configs (a row's
+    `agent_ref.name`, e.g. `blackjack_gymnasium_agent` → `gymnasium_agent`), following `_inherit_from`."""
+    seen: set[str] = set()
+    while instance and instance not in seen:
+        seen.add(instance)
+        entry = _shipped_instances().get(instance)
+        if not isinstance(entry, dict):
+            return None
+        agents = entry.get(AGENTS)
+        if isinstance(agents, dict) and agents:
+            return str(next(iter(agents)))
+        instance = str(entry.get("_inherit_from") or "")
+    return None
+
+
+@cache
+def _shipped_instances() -> dict[str, Any]:
+    """Every top-level instance of NeMo Gym's shipped configs (servers' `configs/`, `benchmarks/`): name → block."""
+    root = _root(SERVERS).parent
+    instances: dict[str, Any] = {}
+    files = sorted(root.glob(f"{SERVERS}/*/configs/*.yaml")) + sorted(root.glob("benchmarks/*/*.yaml"))
+    for file in files:
+        try:
+            raw = yaml.safe_load(_with_env_defaults(file.read_text()))
+        except (OSError, yaml.YAMLError):
+            continue
+        for name, entry in (raw or {}).items() if isinstance(raw, dict) else ():
+            instances.setdefault(str(name), entry)
+    return instances
 
 
 def model_references(config: dict[str, Any]) -> dict[str, str]:

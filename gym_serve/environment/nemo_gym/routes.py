@@ -143,7 +143,7 @@ def _routed_client_class() -> type:
     from pydantic import BaseModel, PrivateAttr
 
     class RoutedServerClient(ServerClient):  # type: ignore[misc,valid-type]
-        """NeMo Gym's `ServerClient`, its requests answered by `Routes` (see `gym_serve.environment.nemo_gym.routes`)."""
+        """NeMo Gym's `ServerClient`, its requests answered by `Routes` (`gym_serve.environment.nemo_gym.routes`)."""
 
         _routes: Routes = PrivateAttr(default_factory=Routes)
 
