@@ -72,7 +72,7 @@ async def test_a_judge_backed_server_gives_the_recorded_rewards_with_a_judge_tha
         judge = ReplayModel([recording(tmp_path, recorded_judge_calls(recorded), "judge.jsonl")])
         calls = []
 
-        async def judged(request: dict[str, Any], judge: ReplayModel = judge) -> dict[str, Any]:
+        async def judged(request: dict[str, Any], judge: ReplayModel = judge, calls: list[Any] = calls) -> Any:
             calls.append(request)
             return await judge.responses(request)
 
