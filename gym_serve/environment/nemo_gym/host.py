@@ -190,7 +190,9 @@ class NemoGymServer:
             outputs.append({"type": "function_call_output", "call_id": call.get("call_id", ""), "output": text})
         return outputs, state
 
-    async def user_turn(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> tuple[None, Any]:
+    async def user_turn(
+        self, row: dict[str, Any], response: dict[str, Any], state: Any
+    ) -> tuple[dict[str, Any] | None, Any]:
         raise EnvError(f"NeMo Gym server `{self.name}` has no user turn")  # describe() says so: never called
 
     async def verify(self, row: dict[str, Any], response: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:

@@ -142,7 +142,7 @@ def _routed_client_class() -> type:
     from nemo_gym.server_utils import ServerClient
     from pydantic import BaseModel, PrivateAttr
 
-    class RoutedServerClient(ServerClient):  # type: ignore[misc,valid-type]
+    class RoutedServerClient(ServerClient):
         """NeMo Gym's `ServerClient`, its requests answered by `Routes` (`gym_serve.environment.nemo_gym.routes`)."""
 
         _routes: Routes = PrivateAttr(default_factory=Routes)
