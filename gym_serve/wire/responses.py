@@ -18,7 +18,8 @@ list of typed items (`message` with a role of user/system/developer/assistant,
 `function_call_output` answers an earlier `function_call` of the same `call_id`;
 `tools` are functions whose `parameters` is a valid JSON Schema for an object;
 `temperature` in [0, 2], `top_p` in (0, 1], `max_output_tokens` at least 1;
-`_ng_task_index` a non-negative integer; `agent_ref.name` a non-empty string.
+`_ng_task_index` a non-negative integer; `agent_ref.name` a non-empty string; nothing in it nested deeper
+than `MAX_DEPTH` (what the JSON writers, the schema checker and pickling between tiers all handle).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ __all__ = [
     "AgentRef",
     "FunctionCall",
     "FunctionCallOutput",
+    "MAX_DEPTH",
     "FunctionTool",
     "InputMessage",
     "InputRow",
@@ -176,7 +178,10 @@ class FunctionTool(_Open):
             return parameters
         if parameters.get("type", "object") != "object":
             raise ValueError(f"a function's `parameters` describe an object; got type {parameters.get('type')!r}")
-        problem = _schema_problem(json.dumps(parameters, sort_keys=True))
+        try:
+            problem = _schema_problem(json.dumps(parameters, sort_keys=True))
+        except RecursionError:  # past what Python's recursion allows a JSON encoder (MAX_DEPTH keeps rows below)
+            problem = "not a valid JSON Schema: nested too deeply to check"
         if problem is not None:
             raise ValueError(problem)
         return parameters
@@ -196,6 +201,8 @@ def _schema_problem(schema_json: str) -> str | None:
         validator.check_schema(schema)
     except jsonschema.SchemaError as e:
         return f"not a valid JSON Schema at {e.json_path}: {e.message}"
+    except RecursionError:  # the checker recurses per level of the schema
+        return "not a valid JSON Schema: nested too deeply to check"
     return None
 
 
@@ -296,10 +303,29 @@ class RolloutRow(InputRow):
     reward: float
 
 
+MAX_DEPTH = 100
+"""How deep objects and arrays may nest in a row. A real row nests a dozen levels (a tool's schema inside its
+parameters); the JSON writers stop at 255 (orjson), Python's recursion (the schema checker, pickling a row
+between tiers) near a thousand frames, and a row any of them refuses would fail a rollout, or a whole
+collection, far from where it came in."""
+
+
 def row_problems(row: Any) -> list[tuple[str, str]]:
-    """Everything wrong with an input row, as `(field path, what is wrong)`; empty when it is a valid row."""
+    """Everything wrong with an input row, as `(field path, what is wrong)`; empty when it is a valid row.
+
+    >>> row_problems({"responses_create_params": {"input": "hi", "temperature": 3}})
+    [('responses_create_params.temperature', 'Input should be less than or equal to 2')]
+    >>> deep: list = []
+    >>> for _ in range(MAX_DEPTH):
+    ...     deep = [deep]
+    >>> row_problems({"responses_create_params": {"input": "hi"}, "notes": deep})[0][1]
+    'nested more than 100 levels deep (objects and arrays)'
+    """
     if not isinstance(row, dict):
         return [("(row)", f"a row is a JSON object, got {type(row).__name__}")]
+    too_deep = _deeper_than(row, MAX_DEPTH)
+    if too_deep is not None:
+        return [(field_path(too_deep), f"nested more than {MAX_DEPTH} levels deep (objects and arrays)")]
     try:
         InputRow.model_validate(row)
     except ValidationError as e:
@@ -313,6 +339,27 @@ def row_problems(row: Any) -> list[tuple[str, str]]:
             ]
         return problems
     return []
+
+
+def _deeper_than(value: Any, limit: int) -> tuple[int | str, ...] | None:
+    """The path to the first object or array more than `limit` levels deep (`value` itself is level 1), or None;
+    iterative, since a value too deep for recursion is what it looks for.
+
+    >>> _deeper_than({"a": [{"b": []}]}, 3)
+    ('a', 0, 'b')
+    >>> _deeper_than({"a": [{"b": 1}]}, 3) is None
+    True
+    """
+    stack: list[tuple[Any, tuple[int | str, ...]]] = [(value, ())]
+    while stack:
+        node, path = stack.pop()
+        children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, child in children:
+            if isinstance(child, dict | list):
+                if len(path) + 2 > limit:
+                    return (*path, key)
+                stack.append((child, (*path, key)))
+    return None
 
 
 def _other_branch(error: Any, given: Any) -> bool:
