@@ -17,9 +17,7 @@ __all__ = ["BOUNDED", "EXAMPLES", "json_values", "mutated", "paths"]
 
 EXAMPLES = int(os.environ.get("GYM_SERVE_PROPERTY_EXAMPLES", "150"))
 """Examples per property: CI's budget (a second or two each); raise it to search harder by hand."""
-BOUNDED = settings(
-    max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
-)
+BOUNDED = settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 _scalars = (
     st.none()
