@@ -238,7 +238,7 @@ def test_the_jsonl_reader_never_raises_and_names_the_line_of_every_bad_one(
         assert (row is None) != (error is None)
         if error is not None:
             assert isinstance(error, InputError) and error.line == number and error.source == str(path)
-            assert str(error).startswith(f"{path}, line {number}: ")
+            assert str(error).startswith((f"{path}, line {number}: ", f"{path}, line {number}, field `"))
         else:
             assert isinstance(row, dict)
     assert seen == sorted(set(seen)) and all(1 <= n <= max(len(rows), 1) for n in seen)

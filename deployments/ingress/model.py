@@ -18,7 +18,7 @@ from pydantic_core import CoreSchema
 
 from gym_serve.calls.handles import model_handle
 from gym_serve.deployments.ingress.errors import OPENAI, IngressError, responses
-from gym_serve.deployments.ingress.replica import Authorized, CurrentReplica
+from gym_serve.deployments.ingress.replica import Authorized, CurrentReplica, StrictJSON
 from gym_serve.errors import FailureKind, failure_kind
 from gym_serve.wire.chat import chat_request_to_responses, responses_response_to_chat
 from gym_serve.wire.responses import Response, ResponseCreateParams
@@ -26,7 +26,7 @@ from gym_serve.wire.tokens import TOKEN_FIELDS
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1", tags=[OPENAI], dependencies=[Authorized])
+router = APIRouter(prefix="/v1", tags=[OPENAI], dependencies=[Authorized, StrictJSON])
 
 NO_STREAMING = (
     "`stream: true` is not supported: the model tier answers whole responses; send the request without `stream` "

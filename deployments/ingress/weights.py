@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from gym_serve.deployments.ingress.errors import IngressError, responses
-from gym_serve.deployments.ingress.replica import Authorized, CurrentReplica
+from gym_serve.deployments.ingress.replica import Authorized, CurrentReplica, StrictJSON
 from gym_serve.errors import InvalidWeights, VersionNotNewer, WeightsError
 from gym_serve.models.weights import PolicyVersions, UpdateReport
 
@@ -24,7 +24,7 @@ async def _a_token_is_configured(replica: CurrentReplica) -> None:
         raise IngressError(403, f"weight updates need a bearer token: set {replica.args.token_env} for the ingress")
 
 
-router = APIRouter(prefix="/v1/weights", tags=["weights"], dependencies=[Authorized])
+router = APIRouter(prefix="/v1/weights", tags=["weights"], dependencies=[Authorized, StrictJSON])
 
 
 class WeightsRequest(BaseModel):
