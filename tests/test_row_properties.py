@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from gym_serve.environment.registry import available_environments, load_environment_class
 from gym_serve.testing.fixtures import example_rows
+from gym_serve.wire.jsonl import unwritable
 from gym_serve.wire.responses import MAX_DEPTH, InputRow, _schema_problem, row_problems
 
 from .properties import BOUNDED, json_values, mutated
@@ -36,9 +37,9 @@ def located(path: str, row: Any) -> bool:
 @given(st.one_of(json_values, mutated(EXAMPLES), mutated(EXAMPLES)))
 def test_row_problems_accepts_a_row_or_names_each_problems_field(row: Any) -> None:
     problems = row_problems(row)
-    try:
-        InputRow.model_validate(row)
-        valid = isinstance(row, dict)
+    try:  # the protocol's model, and nothing in the row a writer could not write
+        InputRow.model_validate(row, strict=True)
+        valid = isinstance(row, dict) and unwritable(row, max_depth=MAX_DEPTH) is None
     except ValidationError:
         valid = False
     assert (problems == []) == valid, problems
@@ -112,3 +113,23 @@ def test_a_schema_that_trips_the_checkers_recursion_is_a_problem_not_a_crash() -
     assert problems == [
         ("responses_create_params.tools.0.parameters", "not a valid JSON Schema: nested too deeply to check")
     ]
+
+
+def test_an_integer_the_writer_cannot_write_is_refused_at_its_field() -> None:
+    """Found by fuzzing the ingress: an integer beyond 64 bits in a row (any task field) passed the checks, then
+    orjson refused to write the row: the model call failed (502), and a collection would lose the rollout."""
+    row = {"responses_create_params": {"input": "hi"}, "task": {"seeds": [1, 2**64]}}
+    assert row_problems(row) == [("task.seeds.1", "the integer 18446744073709551616 is beyond 64 bits")]
+    assert row_problems({**row, "task": {"seeds": [1, 2**64 - 1, -(2**63)]}}) == []
+
+
+def test_a_value_pydantic_would_coerce_is_refused_as_the_row_goes_on_as_it_is() -> None:
+    """Found by fuzzing the ingress: `parallel_tool_calls: 0` and `temperature: "0.5"` passed (pydantic's lax mode
+    coerces them), and went on to the model as they were."""
+    for params, field in (
+        ({"parallel_tool_calls": 0}, "responses_create_params.parallel_tool_calls"),
+        ({"temperature": "0.5"}, "responses_create_params.temperature"),
+        ({"max_output_tokens": 5.0}, "responses_create_params.max_output_tokens"),
+    ):
+        (found, _), *_ = row_problems({"responses_create_params": {"input": "hi", **params}})
+        assert found == field

@@ -84,7 +84,7 @@ _DESCRIPTIONS = {
     400: "The request body is not valid JSON, or a field is out of range.",
     401: "The bearer token is missing or wrong.",
     403: "The operation needs a bearer token, and this ingress has none.",
-    404: "An unknown agent, or a model this ingress does not serve.",
+    404: "An unknown agent, a model this ingress does not serve, or weights for a Model tier that takes none.",
     409: "The idempotency key's batch is still running, or the version is not new (retry after `Retry-After`).",
     413: "The body is over the ingress's size limit.",
     422: "A row, or the weights, do not fit (the body names the field).",

@@ -26,7 +26,18 @@ import orjson
 
 from gym_serve.errors import InputError
 
-__all__ = ["JsonlWriter", "NotJSON", "dumps", "loads", "read_jsonl", "scan_jsonl", "scan_jsonl_spans", "strict_loads"]
+__all__ = [
+    "INTEGERS",
+    "JsonlWriter",
+    "NotJSON",
+    "dumps",
+    "loads",
+    "read_jsonl",
+    "scan_jsonl",
+    "scan_jsonl_spans",
+    "strict_loads",
+    "unwritable",
+]
 
 loads = orjson.loads
 
@@ -62,10 +73,11 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def strict_loads(raw: bytes | str) -> Any:
-    """JSON as the standard has it, for what enters from outside: a key given twice in one object and `NaN`,
-    `Infinity` or `-Infinity` are `NotJSON` naming the field (a lenient parser keeps the last value, or a
-    number no other reader takes); so is text nested too deeply for the parser. Other errors are `ValueError`s
-    (`json.JSONDecodeError`, `UnicodeDecodeError`), as `json.loads` raises them.
+    """JSON as the standard has it, for what enters from outside: a key given twice in one object, `NaN`,
+    `Infinity` or `-Infinity`, and an integer beyond 64 bits (which no writer here takes) are `NotJSON` naming
+    the field (a lenient parser keeps the last value, or a number other readers refuse); so is text nested too
+    deeply for the parser. Other errors are `ValueError`s (`json.JSONDecodeError`, `UnicodeDecodeError`), as
+    `json.loads` raises them.
 
     >>> strict_loads('{"a": [1, {"b": 2, "b": 3}]}')
     Traceback (most recent call last):
@@ -78,18 +90,42 @@ def strict_loads(raw: bytes | str) -> Any:
         value = json.loads(raw, object_pairs_hook=_pairs)
     except RecursionError:
         raise NotJSON("nested too deeply to read") from None
+    problem = unwritable(value)
+    if problem is not None:
+        raise NotJSON(problem[1], problem[0])
+    return value
+
+
+INTEGERS = (-(2**63), 2**64 - 1)
+"""The integers the JSON writer (orjson) writes; a value beyond them would stop a row from being written."""
+
+
+def unwritable(value: Any, *, max_depth: int | None = None) -> tuple[str | None, str] | None:
+    """The first thing in a parsed JSON value that is not JSON or that the writers here cannot write, as
+    `(dotted field path, what is wrong)`, or None: `NaN` and the infinities, an integer outside `INTEGERS`, a key
+    given twice (`strict_loads`'s parse marks them), objects and arrays nested more than `max_depth` levels
+    (`value` itself is level 1). Iterative: a value too deep for recursion is one it looks for.
+
+    >>> unwritable({"a": [{"b": []}]}, max_depth=3)
+    ('a.0.b', 'nested more than 3 levels deep (objects and arrays)')
+    >>> unwritable({"n": 2**64}), unwritable({"a": [{"b": 1}]}, max_depth=3)
+    (('n', 'the integer 18446744073709551616 is beyond 64 bits'), None)
+    """
     stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
-    while stack:  # iterative: the value may be as deep as the parser went
+    while stack:
         node, path = stack.pop()
         if isinstance(node, float) and not math.isfinite(node):
-            raise NotJSON(f"`{_CONSTANTS[repr(node)]}` is not JSON", _dotted(path))
+            return _dotted(path), f"`{_CONSTANTS[repr(node)]}` is not JSON"
+        if isinstance(node, int) and not isinstance(node, bool) and not INTEGERS[0] <= node <= INTEGERS[1]:
+            return _dotted(path), f"the integer {node} is beyond 64 bits"
         if isinstance(node, _Twice):
-            raise NotJSON(f"the key `{node.key}` is given twice in one object", _dotted((*path, node.key)))
-        if isinstance(node, dict):
-            stack.extend((child, (*path, key)) for key, child in reversed(node.items()))
-        elif isinstance(node, list):
-            stack.extend((child, (*path, index)) for index, child in reversed(list(enumerate(node))))
-    return value
+            return _dotted((*path, node.key)), f"the key `{node.key}` is given twice in one object"
+        children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, child in reversed(list(children)):
+            if max_depth is not None and isinstance(child, dict | list) and len(path) + 2 > max_depth:
+                return _dotted((*path, key)), f"nested more than {max_depth} levels deep (objects and arrays)"
+            stack.append((child, (*path, key)))
+    return None
 
 
 _CONSTANTS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}

@@ -19,7 +19,8 @@ list of typed items (`message` with a role of user/system/developer/assistant,
 `tools` are functions whose `parameters` is a valid JSON Schema for an object;
 `temperature` in [0, 2], `top_p` in (0, 1], `max_output_tokens` at least 1;
 `_ng_task_index` a non-negative integer; `agent_ref.name` a non-empty string; nothing in it nested deeper
-than `MAX_DEPTH` (what the JSON writers, the schema checker and pickling between tiers all handle).
+than `MAX_DEPTH` (what the JSON writers, the schema checker and pickling between tiers all handle), and no
+number the JSON writer cannot write (`NaN`, the infinities, an integer beyond 64 bits).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from pydantic import (
     model_validator,
 )
 
+from gym_serve.wire.jsonl import unwritable
 from gym_serve.wire.pieces import field_path, user_message
 
 __all__ = [
@@ -323,11 +325,11 @@ def row_problems(row: Any) -> list[tuple[str, str]]:
     """
     if not isinstance(row, dict):
         return [("(row)", f"a row is a JSON object, got {type(row).__name__}")]
-    too_deep = _deeper_than(row, MAX_DEPTH)
-    if too_deep is not None:
-        return [(field_path(too_deep), f"nested more than {MAX_DEPTH} levels deep (objects and arrays)")]
-    try:
-        InputRow.model_validate(row)
+    problem = unwritable(row, max_depth=MAX_DEPTH)  # what would stop the row being pickled, checked or written
+    if problem is not None:
+        return [(problem[0] or "(row)", problem[1])]
+    try:  # strictly: the row goes on as it is, not as pydantic would coerce it (`0` is no boolean, "1" no number)
+        InputRow.model_validate(row, strict=True)
     except ValidationError as e:
         params = row.get("responses_create_params")
         given = params.get("input") if isinstance(params, dict) else None
@@ -339,27 +341,6 @@ def row_problems(row: Any) -> list[tuple[str, str]]:
             ]
         return problems
     return []
-
-
-def _deeper_than(value: Any, limit: int) -> tuple[int | str, ...] | None:
-    """The path to the first object or array more than `limit` levels deep (`value` itself is level 1), or None;
-    iterative, since a value too deep for recursion is what it looks for.
-
-    >>> _deeper_than({"a": [{"b": []}]}, 3)
-    ('a', 0, 'b')
-    >>> _deeper_than({"a": [{"b": 1}]}, 3) is None
-    True
-    """
-    stack: list[tuple[Any, tuple[int | str, ...]]] = [(value, ())]
-    while stack:
-        node, path = stack.pop()
-        children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-        for key, child in children:
-            if isinstance(child, dict | list):
-                if len(path) + 2 > limit:
-                    return (*path, key)
-                stack.append((child, (*path, key)))
-    return None
 
 
 def _other_branch(error: Any, given: Any) -> bool:
