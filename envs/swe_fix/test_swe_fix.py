@@ -71,25 +71,36 @@ async def verdict_of(runner: EnvRunner, row: dict[str, Any], edits: dict[str, st
     return await runner.verify(row, {"output": []}, state)
 
 
+GOLD_CHECKED = 5
+"""Tasks whose gold fix is also verified through the sandbox: for every task, the gold patch restores the pristine
+library exactly (the first test) and the pristine library passes its whole suite (the second), so a few suffice."""
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # 25 + 5 test-suite runs in sandboxes: ~2 min on a quiet 2-core machine, more on a busy one
 async def test_each_task_fails_its_fail_to_pass_tests_only_and_its_gold_patch_passes_them_all() -> None:
     runner = EnvRunner(SweFix())
     library = pristine_files()
-    slots = asyncio.Semaphore(4)
+    slots = asyncio.Semaphore(2)
+    rows = tasks()
+    gold_rows = {row["instance_id"] for row in rows[:: len(rows) // GOLD_CHECKED][:GOLD_CHECKED]}
 
     async def check(row: dict[str, Any]) -> tuple[str, Any, Any]:
         gold = apply(library, row["patch"], reverse=True)
         async with slots:
             unchanged = await verdict_of(runner, row, {})
-            fixed = await verdict_of(runner, row, {path: library[path] for path in gold})
+            fixed = None
+            if row["instance_id"] in gold_rows:
+                fixed = await verdict_of(runner, row, {path: library[path] for path in gold})
         return row["instance_id"], unchanged, fixed
 
-    for instance, unchanged, fixed in await asyncio.gather(*(check(row) for row in tasks())):
+    for instance, unchanged, fixed in await asyncio.gather(*(check(row) for row in rows)):
         assert unchanged["reward"] == 0.0 and unchanged["reward_components"] == {
             "FAIL_TO_PASS": 0.0,
             "PASS_TO_PASS": 1.0,
-        }
-        assert fixed["reward"] == 1.0 and fixed["tests_failed"] == [], (instance, fixed)
+        }, (instance, unchanged)
+        assert fixed is None or (fixed["reward"] == 1.0 and fixed["tests_failed"] == []), (instance, fixed)
+    assert len(gold_rows) == GOLD_CHECKED
 
 
 async def test_a_test_run_past_its_deadline_is_a_verifier_timeout_never_a_zero() -> None:
