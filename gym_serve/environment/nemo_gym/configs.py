@@ -41,27 +41,27 @@ import yaml
 from gym_serve.environment.nemo_gym import catalog
 from gym_serve.errors import ConfigError, EnvError
 
-__all__ = ["NemoGymConfig", "is_override", "read", "resolve_path", "serve_config"]
+__all__ = [
+    "COLLECT_ARGUMENTS",
+    "NemoGymConfig",
+    "collect_arguments",
+    "read",
+    "resolve_path",
+    "serve_config",
+    "write_serve_config",
+]
 
 SERVERS, AGENTS, MODELS = catalog.SERVERS, catalog.AGENTS, "responses_api_models"
-_KINDS = (SERVERS, AGENTS, MODELS)
+POLICY = "policy_model"
+"""NeMo Gym's name for the policy's model server."""
 _CONFIG_PATHS = "config_paths"
 _LOOP_AGENT = "simple_agent"
-_LOOP_FIELDS = {"entrypoint", "resources_server", "model_server", "datasets", "max_steps", "host", "port"}
+_DESCRIPTIVE = {"entrypoint", "domain", "verified", "description", "value", "license", "host", "port", "datasets"}
+"""Fields of a server's or agent's config block that describe it or place it: not its own options."""
+_LOOP_FIELDS = _DESCRIPTIVE | {"resources_server", "model_server", "max_steps"}
 """simple_agent's fields gym-serve's own loop honours; any other field set means hosting NeMo Gym's agent."""
-_SERVER_FIELDS = {"entrypoint", "domain", "verified", "description", "value", "license", "host", "port"}
-"""Descriptive fields of a resources server's config block: not the server's own options."""
 MAX_STEPS = 100
 """simple_agent has no step limit unless its config sets one; gym-serve's loop needs one."""
-
-
-def is_override(arg: str) -> bool:
-    """Whether a command-line argument is a NeMo Gym (Hydra) override rather than a file name.
-
-    >>> is_override("+config_paths=[a.yaml]"), is_override("deployments/math.yaml")
-    (True, False)
-    """
-    return arg.startswith("+") or ("=" in arg and not arg.startswith("-"))
 
 
 @dataclass
@@ -76,25 +76,15 @@ class NemoGymConfig:
         """The files, for error messages."""
         return ", ".join(str(f) for f in self.files) or "the command line"
 
-    def value(self, key: str) -> Any:
-        """A top-level value (a collection argument such as `input_jsonl_fpath`), resolved; None where unset."""
-        from omegaconf import OmegaConf
-
-        if key not in self.merged:
-            return None
-        node = self.merged[key]
-        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-
-    def instances(self, kind: str) -> dict[str, tuple[str, dict[str, Any]]]:
-        """Instances of one kind (`resources_servers`, ...): name → (folder, its block, unresolved)."""
-        from omegaconf import DictConfig, OmegaConf
+    def instances(self, kind: str) -> dict[str, str]:
+        """Instances of one kind (`resources_servers`, ...): name → the folder of the server or agent it runs."""
+        from omegaconf import DictConfig
 
         found = {}
         for name, entry in self.merged.items_ex(resolve=False):
             block = entry.get(kind) if isinstance(entry, DictConfig) else None
             if isinstance(block, DictConfig) and len(block) == 1:
-                folder = str(next(iter(block.keys())))
-                found[str(name)] = (folder, OmegaConf.to_container(block[folder], resolve=False))
+                found[str(name)] = str(next(iter(block.keys())))
         return found
 
     def resolved(self, name: str, kind: str) -> dict[str, Any]:
@@ -106,12 +96,11 @@ class NemoGymConfig:
         try:
             return dict(OmegaConf.to_container(self.merged[name][kind][folder], resolve=True))  # type: ignore[arg-type]
         except (InterpolationResolutionError, MissingMandatoryValue) as e:
-            key = f"{name}.{kind}.{folder}.{e.full_key}" if getattr(e, "full_key", None) else f"{name}"
+            problem = str(e).splitlines()[0]
             raise ConfigError(
-                f"{e.msg if hasattr(e, 'msg') else e}; NeMo Gym reads it from the command line "
-                f"(`+KEY=VALUE`), env.yaml or a config in +config_paths",
+                f"{problem}: set it on the command line (`+KEY=VALUE`), in env.yaml or in a config in +config_paths",
                 source=self.source,
-                key=key,
+                key=str(getattr(e, "full_key", None) or name),
             ) from None
 
 
@@ -133,7 +122,7 @@ def read(overrides: list[str], *, cwd: Path | None = None) -> NemoGymConfig:
     files, configs = _included(list(paths), cwd)
     merged = OmegaConf.merge(*configs, OmegaConf.create(dotenv), command_line)
     OmegaConf.set_struct(merged, False)
-    _swap_keys(merged, copy.deepcopy(merged), merged)
+    _swap_keys(merged, merged, copy.deepcopy(merged))
     return NemoGymConfig(merged=merged, files=files)
 
 
@@ -317,7 +306,7 @@ def serve_config(config: NemoGymConfig, *, replay_policy: bool = False, hosted_a
 def _application(
     config: NemoGymConfig, name: str, replay_policy: bool, hosted_agents: bool, judges: dict[str, str]
 ) -> dict[str, Any]:
-    agent_folder, _ = config.instances(AGENTS)[name]
+    agent_folder = config.instances(AGENTS)[name]
     try:
         catalog.agent_dir(agent_folder)
     except EnvError as e:
@@ -325,7 +314,7 @@ def _application(
     block = config.resolved(name, AGENTS)
     prefix = f"{name}.{AGENTS}.{agent_folder}"
     server_name = _reference(block, "resources_server", prefix, config)
-    policy = _reference(block, "model_server", prefix, config, default=catalog_policy())
+    policy = _reference(block, "model_server", prefix, config, default=POLICY)
     servers = config.instances(SERVERS)
     if server_name not in servers:
         close = difflib.get_close_matches(server_name, list(servers), n=3, cutoff=0.5)
@@ -339,7 +328,7 @@ def _application(
             source=config.source,
             key=f"{prefix}.resources_server.name",
         )
-    server_folder, _ = servers[server_name]
+    server_folder = servers[server_name]
     try:
         catalog.server_dir(server_folder)
     except EnvError as e:
@@ -349,13 +338,13 @@ def _application(
     environment: dict[str, Any] = {
         "kind": "nemo_gym",
         "server": server_folder,
-        "config": _changed(server_block, shipped, _SERVER_FIELDS),
+        "config": _changed(server_block, shipped, _DESCRIPTIVE),
     }
     models = {}
     for key, model in catalog.model_references({**shipped, **server_block}).items():
-        if model == policy and model != catalog_policy():
+        if model == policy and model != POLICY:
             models[model] = name  # the server calls the policy by the agent's own name for it
-        elif model != catalog_policy() and model in config.instances(MODELS):
+        elif model != POLICY and model in config.instances(MODELS):
             models[model] = model
             judges.setdefault(model, f"{server_name}.{SERVERS}.{server_folder}.{key}")
     if models:
@@ -366,13 +355,11 @@ def _application(
         agent = {"max_steps": block.get("max_steps") or MAX_STEPS}
     else:
         hosted = _changed(
-            block, catalog.agent_config_defaults(agent_folder), {"entrypoint", "datasets", "host", "port"}
+            block, catalog.agent_config_defaults(agent_folder), _DESCRIPTIVE | {"resources_server", "model_server"}
         )
-        hosted.pop("resources_server", None)
-        hosted.pop("model_server", None)
         agent = {"nemo_gym": {"agent": agent_folder, "config": hosted}}
-        if policy != catalog_policy():
-            agent["nemo_gym"]["config"]["model_server"] = {"type": MODELS, "name": catalog_policy()}
+        if policy != POLICY:
+            agent["nemo_gym"]["config"]["model_server"] = {"type": MODELS, "name": POLICY}
     model = {"kind": "replay"} if replay_policy else _model_args(config, policy, referrer=f"{prefix}.model_server")
     return {
         "name": name,
@@ -390,11 +377,6 @@ def _application(
             {"name": "Model", "max_ongoing_requests": 4096, "ray_actor_options": {"num_cpus": 0}},
         ],
     }
-
-
-def catalog_policy() -> str:
-    """NeMo Gym's name for the policy's model server."""
-    return "policy_model"
 
 
 def _reference(block: dict[str, Any], key: str, prefix: str, config: NemoGymConfig, default: str | None = None) -> str:
@@ -427,7 +409,7 @@ def _model_args(config: NemoGymConfig, name: str, *, referrer: str) -> dict[str,
             source=config.source,
             key=name,
         )
-    folder, _ = models[name]
+    folder = models[name]
     block = config.resolved(name, MODELS)
     key_env = f"GYM_SERVE_NEMO_GYM_{name.upper()}_API_KEY"
     if folder == "openai_model":
