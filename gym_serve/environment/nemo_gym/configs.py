@@ -114,7 +114,7 @@ def read(overrides: list[str], *, cwd: Path | None = None) -> NemoGymConfig:
     env_yaml = _find("env.yaml", cwd)
     dotenv = _load_yaml(env_yaml) if env_yaml.is_file() else {}
     early = OmegaConf.merge(OmegaConf.create(dotenv), command_line)
-    paths = early.get(_CONFIG_PATHS) or []
+    paths = OmegaConf.select(early, _CONFIG_PATHS) or []
     if not OmegaConf.is_list(paths) or not all(isinstance(p, str) for p in paths):
         raise ConfigError(
             f"expected a list of config files, e.g. +config_paths=[a.yaml,b.yaml]; got {paths!r}", key=_CONFIG_PATHS
@@ -340,13 +340,13 @@ def _application(
         "server": server_folder,
         "config": _changed(server_block, shipped, _DESCRIPTIVE),
     }
-    models = {}
-    for key, model in catalog.model_references({**shipped, **server_block}).items():
-        if model == policy and model != POLICY:
-            models[model] = name  # the server calls the policy by the agent's own name for it
-        elif model != POLICY and model in config.instances(MODELS):
-            models[model] = model
-            judges.setdefault(model, f"{server_name}.{SERVERS}.{server_folder}.{key}")
+    models: dict[str, str] = {}
+    for key, reference in catalog.model_references({**shipped, **server_block}).items():
+        if reference == policy and reference != POLICY:
+            models[reference] = name  # the server calls the policy by the agent's own name for it
+        elif reference != POLICY and reference in config.instances(MODELS):
+            models[reference] = reference
+            judges.setdefault(reference, f"{server_name}.{SERVERS}.{server_folder}.{key}")
     if models:
         environment["models"] = models
     agent: dict[str, Any]
@@ -357,10 +357,12 @@ def _application(
         hosted = _changed(
             block, catalog.agent_config_defaults(agent_folder), _DESCRIPTIVE | {"resources_server", "model_server"}
         )
+        if policy != POLICY:  # the host routes NeMo Gym's policy name to this application's Model tier
+            hosted["model_server"] = {"type": MODELS, "name": POLICY}
         agent = {"nemo_gym": {"agent": agent_folder, "config": hosted}}
-        if policy != POLICY:
-            agent["nemo_gym"]["config"]["model_server"] = {"type": MODELS, "name": POLICY}
-    model = {"kind": "replay"} if replay_policy else _model_args(config, policy, referrer=f"{prefix}.model_server")
+    model: dict[str, Any] = (
+        {"kind": "replay"} if replay_policy else _model_args(config, policy, referrer=f"{prefix}.model_server")
+    )
     return {
         "name": name,
         "route_prefix": f"/{name}",
