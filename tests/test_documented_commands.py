@@ -206,7 +206,7 @@ def serve_config_probe(config: Path, port: int, token: str | None = None) -> Cal
 
     def rollout(url: str, agent: str) -> str | None:
         try:
-            row: dict[str, Any] = example_rows(environments[agent])[0]
+            row = example_row(environments[agent])
         except FileNotFoundError:
             status, body = http(url, {}, token)
             refused = status in (400, 422) and "responses_create_params" in body  # our refusal of a bad row
@@ -237,6 +237,17 @@ def serve_config_probe(config: Path, port: int, token: str | None = None) -> Cal
         return None
 
     return probe
+
+
+def example_row(environment: str) -> dict[str, Any]:
+    """The first example row of one of gym-serve's environments or of a hosted NeMo Gym server (`nemo_gym:NAME`)."""
+    from gym_serve.environment import nemo_gym
+
+    server = nemo_gym.server_name(environment)
+    if server is None:
+        return example_rows(environment)[0]
+    first = (nemo_gym.data_dir(server) / "example.jsonl").read_text().splitlines()[0]
+    return dict(json.loads(first))
 
 
 def model_call(environment: str | None) -> dict[str, Any]:
