@@ -321,7 +321,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 def _serve_config(args: argparse.Namespace, mapped: Path) -> str:
     """The Serve config to run: the one named, or NeMo Gym's configs (`+config_paths=[...]`) mapped to one, written
     at `mapped` (`gym_serve.environment.nemo_gym.configs`)."""
-    if not args.nemo_gym:
+    if not any(a.lstrip("+").startswith("config_paths=") for a in args.nemo_gym):  # collection arguments only
         if not args.config:
             raise ConfigError("name a Serve config, or NeMo Gym's configs as +config_paths=[a.yaml,b.yaml]")
         return str(args.config)

@@ -66,6 +66,16 @@ def test_the_api_key_reaches_the_deploying_process_never_the_serve_config(tmp_pa
     assert os.environ[variable] == "sk-not-in-files"
 
 
+def test_env_yaml_in_the_working_directory_supplies_the_policy_as_in_nemo_gyms_quick_start(tmp_path: Path) -> None:
+    (tmp_path / "env.yaml").write_text(
+        "policy_base_url: http://127.0.0.1:11/v1\npolicy_api_key: k\npolicy_model_name: m\n"
+    )
+    (app,) = mapped(tmp_path, [paths(SINGLE_TOOL, OPENAI)]).values()
+    assert (app["args"]["model"]["base_url"], app["args"]["model"]["model"]) == ("http://127.0.0.1:11/v1", "m")
+    (app,) = mapped(tmp_path, [paths(SINGLE_TOOL, OPENAI), "+policy_model_name=n"]).values()
+    assert app["args"]["model"]["model"] == "n", "the command line overrides env.yaml"
+
+
 def test_vllm_model_maps_to_chat_completions_or_with_token_ids_to_vllm_http(tmp_path: Path) -> None:
     (app,) = mapped(tmp_path, [paths(SINGLE_TOOL, VLLM), *POLICY]).values()
     assert app["args"]["model"] | {"api_key_env": None} == {
