@@ -191,6 +191,12 @@ def test_an_agent_that_is_not_installed_gets_the_near_matches(tmp_path: Path) ->
     assert caught.value.key == "reasoning_gym_langgraph_agent.responses_api_agents"
 
 
+def test_up_shows_the_near_matches_on_the_terminal_before_anything_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["up", paths("resources_servers/reasoning_gym/configs/reflection_agent.yaml"), "--replay-model"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown NeMo Gym agent `langgraph_agent`: did you mean" in err and "Ray:" not in err
+
+
 def test_a_server_that_is_not_installed_gets_the_near_matches(tmp_path: Path) -> None:
     (tmp_path / "typo.yaml").write_text(
         "weather: {resources_servers: {example_single_tool_cal: {entrypoint: app.py}}}\n"
