@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import platform
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,6 +41,16 @@ def start() -> None:
     """A local Ray instance with Serve (no HTTP proxy)."""
     serving.connect("local")
     serve.start(proxy_location="Disabled")
+
+
+def start_with_http() -> int:
+    """A local Ray instance with Serve's HTTP proxy on a free port of 127.0.0.1; returns the port."""
+    serving.connect("local")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    return port
 
 
 def deploy(*apps: dict[str, Any]) -> None:
@@ -271,6 +282,13 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
     lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     return "\n".join(lines)
+
+
+def checklist(rows: list[tuple[str, Any]], problems: list[str], *, ok: str) -> str:
+    """Labelled lines, then one `PROBLEM:` line per invariant that broke, or `ok` (a stress run's last words)."""
+    width = max(len(label) for label, _ in rows) + 2
+    lines = [f"{label:<{width}}{value}" for label, value in rows]
+    return "\n".join(lines + ([f"PROBLEM: {problem}" for problem in problems] or [ok]))
 
 
 def _cell(value: Any) -> str:
