@@ -138,8 +138,8 @@ def rows_file(path: Path, n: int, *, source: Path = WEATHER_ROWS) -> Path:
 def collect(job: dict[str, Any], *, sample_every_s: float = 0.5) -> tuple[dict[str, Any], list[dict[str, float]]]:
     """Run one collection in a `RolloutDriver` actor; returns its summary and progress samples over time.
 
-    Samples carry time, rollouts done, in flight and the driver's RSS, so a benchmark can take the
-    steady-state rate (the middle of the run, without ramp-up and drain) and check memory stays flat.
+    Samples carry time, rollouts done, in flight, the driver's RSS and the machine's used memory, so a benchmark
+    can take the steady-state rate (the middle of the run, without ramp-up and drain) and check memory stays flat.
     The summary gains `cpu_s`: CPU seconds of every Ray process during the collection.
     """
     from gym_serve.collect.driver import driver_on, follow
@@ -157,6 +157,7 @@ def collect(job: dict[str, Any], *, sample_every_s: float = 0.5) -> tuple[dict[s
                     "done": progress.rollouts + progress.failures,
                     "in_flight": progress.in_flight,
                     "rss_mb": progress.driver_rss_mb,
+                    "system_used_mb": psutil.virtual_memory().used / 2**20,
                 }
             )
 

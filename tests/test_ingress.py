@@ -515,8 +515,8 @@ async def test_the_openapi_schema_describes_every_routes_body_and_answers(base_u
 async def test_an_overload_is_refused_with_429s_while_taken_requests_keep_their_latency(base_url: str) -> None:
     """Requests at 10× an ingress's capacity for a few seconds (`gym_serve.testing.overload`; the minute-long
     version is benchmarks/overload.py): no 5xx, every refusal a 429 with `Retry-After`, the taken requests' p99
-    within 2× the one at capacity, the replica's memory flat after the burst's first seconds, the full rate back
-    within 5 s."""
+    within 2× the one at capacity, the replica's memory flat after the burst's first seconds, every slot taken
+    again (the full rate) within 5 s."""
     model = {"kind": "synthetic", "latency": {"mean_s": 0.5}}
     app = AppArgs.model_validate({"environment": {"name": "example_single_tool_call"}, "model": model})
     serve.run(build_app(app), name="slow_weather", route_prefix=None)

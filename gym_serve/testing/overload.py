@@ -7,28 +7,28 @@ Three phases against `POST /run` (one rollout per request):
 2. *overload*: requests arriving open-loop at `factor` × that rate for `seconds` (a client that never waits,
    as a burst of trainers would), each answered or refused: the taken ones' latency, the refused ones'
    status and `Retry-After`, the ingress replicas' memory every second, each process's CPU;
-3. *recovery*: the closed-loop clients again, right after the burst: requests per second until the rate is
-   back to capacity.
+3. *recovery*: the closed-loop clients again, right after the burst (its requests still running finish
+   meanwhile): how long until they hold every slot again, i.e. the ingress serves at capacity.
 
 `OverloadReport.problems` names what broke: a 5xx, a refusal other than 429 with `Retry-After`, a p99 of
-taken requests beyond `p99_bound` × the baseline's, memory that grew past `memory_growth_mb`, or a rate not
-back to 90 % of capacity within 5 s. `cpu_s` says where the machine's time went during the burst.
+taken requests beyond `p99_bound` × the baseline's, memory that grew past `memory_growth_mb`, or slots not all
+taken again within 5 s. `cpu_s` says where the machine's time went during the burst.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
-import os
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import psutil
 from pydantic import BaseModel, Field
 
-__all__ = ["OverloadReport", "cpu_seconds_by_process", "ingress_rss_mb", "overload"]
+from gym_serve.testing.processes import cpu_seconds_by_process, spent_since, title
+
+__all__ = ["OverloadReport", "ingress_rss_mb", "overload"]
 
 
 class Phase(BaseModel):
@@ -61,14 +61,22 @@ class OverloadReport(BaseModel):
     problems: list[str] = Field(default_factory=list)
 
 
+class Call(NamedTuple):
+    phase: str
+    start: float
+    end: float
+    status: int
+    retry_after: bool
+
+
 class _Calls:
-    """Every request's (finish time, seconds, status, had Retry-After)."""
+    """Every request, as a `Call`."""
 
     def __init__(self, session: aiohttp.ClientSession, url: str, row: dict[str, Any]) -> None:
         self.session, self.url, self.row = session, url, row
-        self.done: list[tuple[float, float, int, bool]] = []
+        self.done: list[Call] = []
 
-    async def one(self) -> int:
+    async def one(self, phase: str) -> int:
         started = time.perf_counter()
         try:
             async with self.session.post(self.url, json=self.row) as response:
@@ -76,9 +84,12 @@ class _Calls:
                 status, retry_after = response.status, "Retry-After" in response.headers
         except aiohttp.ClientError:
             status, retry_after = 599, False  # no answer at all: counted as a server error
-        now = time.perf_counter()
-        self.done.append((now, now - started, status, retry_after))
+        self.done.append(Call(phase, started, time.perf_counter(), status, retry_after))
         return status
+
+    def of(self, phase: str, taken: bool | None = None) -> list[Call]:
+        """The phase's requests: all, those taken (200), or those not (`taken=False`)."""
+        return [c for c in self.done if c.phase == phase and (taken is None or (c.status == 200) == taken)]
 
 
 async def overload(
@@ -98,65 +109,65 @@ async def overload(
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
         calls = _Calls(session, f"{base_url}/run", row)
-        t0 = time.perf_counter()
-        await _closed_loop(calls, slots, capacity_s)
-        capacity = _phase(calls.done, t0, capacity_s)
+        await _closed_loop(calls, "capacity", slots, capacity_s)
+        capacity = _phase(calls.of("capacity"), capacity_s)
 
         offered = factor * max(capacity.rate, 1.0)
-        mark = len(calls.done)
         rss: list[tuple[float, float]] = []
         t1 = time.perf_counter()
         sampler = asyncio.ensure_future(_sample_rss(app, rss, t1))
         cpu_before = cpu_seconds_by_process()
-        await _open_loop(calls, offered, seconds)
-        cpu_after = cpu_seconds_by_process()
+        stragglers = await _open_loop(calls, offered, seconds)
+        cpu_s = spent_since(cpu_before)
         sampler.cancel()
-        overload_calls = calls.done[mark:]
-        burst = _phase(overload_calls, t1, time.perf_counter() - t1)
 
-        mark = len(calls.done)
-        t2 = time.perf_counter()
-        await _closed_loop(calls, slots, recovery_s)
-        per_second = _per_second([c for c in calls.done[mark:] if c[2] == 200], t2, recovery_s)
+        t2 = time.perf_counter()  # the burst's requests still running finish while the clients come back
+        await _closed_loop(calls, "recovery", slots, recovery_s)
+        await asyncio.gather(*stragglers)
 
-    report = OverloadReport(slots=slots, factor=factor, capacity=capacity, overload=burst, offered_per_s=offered)
-    refused = [c for c in overload_calls if c[2] != 200]
-    report.refused_with_retry_after = sum(1 for c in refused if c[2] == 429 and c[3])
+    report = OverloadReport(
+        slots=slots,
+        factor=factor,
+        capacity=capacity,
+        overload=_phase(calls.of("overload"), seconds),
+        offered_per_s=offered,
+    )
+    refused = calls.of("overload", taken=False)
+    report.refused_with_retry_after = sum(1 for c in refused if c.status == 429 and c.retry_after)
     report.refused_without = len(refused) - report.refused_with_retry_after
-    report.server_errors = sum(1 for c in calls.done if c[2] >= 500)
-    report.rss_mb, report.recovery_per_s = rss, per_second
-    spent = {name: after - cpu_before.get(name, 0.0) for name, after in cpu_after.items()}
-    report.cpu_s = {name: round(seconds, 2) for name, seconds in sorted(spent.items(), key=lambda kv: -kv[1])}
-    report.taken_per_s = _per_second([c for c in overload_calls if c[2] == 200], t1, seconds)
-    report.refused_per_s = _per_second([c for c in overload_calls if c[2] != 200], t1, seconds)
-    report.recovered_after_s = recovered_after(per_second, capacity)
+    report.server_errors = sum(1 for c in calls.done if c.status >= 500)
+    report.rss_mb, report.cpu_s = rss, cpu_s
+    report.taken_per_s = _per_second(calls.of("overload", taken=True), t1, seconds)
+    report.refused_per_s = _per_second(refused, t1, seconds)
+    report.recovery_per_s = _per_second(calls.of("recovery", taken=True), t2, recovery_s)
+    report.recovered_after_s = recovered_after(calls.of("recovery", taken=True), t2, slots)
     report.problems = _problems(report, p99_bound, memory_growth_mb)
     return report
 
 
-async def _closed_loop(calls: _Calls, clients: int, seconds: float) -> None:
+async def _closed_loop(calls: _Calls, phase: str, clients: int, seconds: float) -> None:
     end = time.perf_counter() + seconds
 
     async def client() -> None:
         while time.perf_counter() < end:
-            if await calls.one() == 429:
+            if await calls.one(phase) == 429:
                 await asyncio.sleep(0.05)
 
     await asyncio.gather(*(client() for _ in range(clients)))
 
 
-async def _open_loop(calls: _Calls, per_second: float, seconds: float) -> None:
-    """Requests started at a steady `per_second` for `seconds`, none waiting for another; then the stragglers."""
+async def _open_loop(calls: _Calls, per_second: float, seconds: float) -> set[asyncio.Future[int]]:
+    """Requests started at a steady `per_second` for `seconds`, none waiting for another; returns those running."""
     started, sent, running = time.perf_counter(), 0, set()
     while (now := time.perf_counter()) - started < seconds:
         due = int((now - started) * per_second) - sent
         for _ in range(due):
-            task = asyncio.ensure_future(calls.one())
+            task = asyncio.ensure_future(calls.one("overload"))
             running.add(task)
             task.add_done_callback(running.discard)
         sent += max(due, 0)
         await asyncio.sleep(0.005)
-    await asyncio.gather(*running)
+    return set(running)
 
 
 async def _sample_rss(app: str, samples: list[tuple[float, float]], t0: float) -> None:
@@ -172,38 +183,20 @@ def ingress_rss_mb(app: str) -> float:
     total = 0
     for process in psutil.Process().children(recursive=True):
         try:
-            if _title(process).startswith(f"ray::ServeReplica:{app}:Ingress"):
+            if title(process).startswith(f"ray::ServeReplica:{app}:Ingress"):
                 total += process.memory_info().rss
         except psutil.Error:
             pass
     return total / 2**20
 
 
-def cpu_seconds_by_process() -> dict[str, float]:
-    """CPU seconds so far of this process and each of its descendants, summed by title (`ray::ProxyActor`,
-    `ray::ServeReplica:<app>:<deployment>`, `raylet`, ...): where the time of a phase went."""
-    seconds: Counter[str] = Counter()
-    for process in [psutil.Process(), *psutil.Process().children(recursive=True)]:
-        try:
-            title, times = _title(process), process.cpu_times()
-        except psutil.Error:
-            continue
-        name = "load generator" if process.pid == os.getpid() else title.split(".")[0].split(" ")[0]
-        seconds[name] += times.user + times.system
-    return dict(seconds)
-
-
-def _title(process: psutil.Process) -> str:
-    return (process.cmdline() or [""])[0]
-
-
-def _phase(done: list[tuple[float, float, int, bool]], t0: float, seconds: float) -> Phase:
-    taken = sorted(latency for end, latency, status, _ in done if status == 200 and end >= t0)
-    statuses = Counter(str(status) for end, _, status, _ in done if end >= t0)
+def _phase(done: list[Call], seconds: float) -> Phase:
+    taken = sorted(c.end - c.start for c in done if c.status == 200)
+    statuses = Counter(str(c.status) for c in done)
     pick = lambda q: taken[min(len(taken) - 1, int(q * len(taken)))] if taken else None  # noqa: E731
     return Phase(
         seconds=seconds,
-        requests=sum(statuses.values()),
+        requests=len(done),
         taken=len(taken),
         rate=len(taken) / seconds if seconds else 0.0,
         p50_s=pick(0.5),
@@ -212,19 +205,16 @@ def _phase(done: list[tuple[float, float, int, bool]], t0: float, seconds: float
     )
 
 
-def _per_second(done: list[tuple[float, float, int, bool]], t0: float, seconds: float) -> list[float]:
-    counts = Counter(int(end - t0) for end, *_ in done)
+def _per_second(done: list[Call], t0: float, seconds: float) -> list[float]:
+    counts = Counter(int(c.end - t0) for c in done)
     return [float(counts[i]) for i in range(int(seconds))]
 
 
-def recovered_after(per_second: list[float], capacity: Phase) -> float | None:
-    """Seconds after the burst until a window of one rollout's latency (at least 1 s) has taken requests at
-    90 % of capacity: the end of the first such window, or None."""
-    window = max(1, math.ceil(capacity.p50_s or 1.0))
-    for start in range(len(per_second) - window + 1):
-        if sum(per_second[start : start + window]) / window >= 0.9 * capacity.rate > 0:
-            return float(start + window)
-    return None
+def recovered_after(taken: list[Call], t0: float, slots: int) -> float | None:
+    """Seconds after the burst until the clients that came back hold every slot again (the `slots`-th of
+    their requests taken started): from then on the ingress runs at its capacity. None if it never did."""
+    starts = sorted(c.start - t0 for c in taken)
+    return round(starts[slots - 1], 2) if len(starts) >= slots else None
 
 
 def memory_growth(samples: list[tuple[float, float]]) -> float:
@@ -250,5 +240,5 @@ def _problems(report: OverloadReport, p99_bound: float, memory_growth_mb: float)
     if growth > memory_growth_mb:
         problems.append(f"ingress memory grew {growth:.0f} MB after the burst's first quarter: {report.rss_mb}")
     if report.recovered_after_s is None or report.recovered_after_s > 5:
-        problems.append(f"not back to 90 % of capacity within 5 s: {report.recovery_per_s}")
+        problems.append(f"not every slot taken again within 5 s after the burst: {report.recovered_after_s}")
     return problems
