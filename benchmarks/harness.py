@@ -27,6 +27,7 @@ from ray import serve
 from gym_serve.collect.job import CollectJob
 from gym_serve.serving import deploy as serving
 from gym_serve.serving.config import AppSpec
+from gym_serve.testing.processes import cpu_seconds_by_process, spent_since
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -140,14 +141,15 @@ def collect(job: dict[str, Any], *, sample_every_s: float = 0.5) -> tuple[dict[s
 
     Samples carry time, rollouts done, in flight, the driver's RSS and the machine's used memory, so a benchmark
     can take the steady-state rate (the middle of the run, without ramp-up and drain) and check memory stays flat.
-    The summary gains `cpu_s`: CPU seconds of every Ray process during the collection.
+    The summary gains `cpu_s`: CPU seconds of every Ray process during the collection, and `cpu_s_by_process`:
+    the same by process title (`gym_serve.testing.processes`).
     """
     from gym_serve.collect.driver import driver_on, follow
 
     samples: list[dict[str, float]] = []
     with driver_on() as driver:
         ray.get(driver.progress.remote())  # the actor is up: its start-up is not the collection's CPU
-        cpu = cpu_times()
+        cpu, by_process = cpu_times(), cpu_seconds_by_process()
         started = time.perf_counter()
 
         def sample(progress: Any) -> None:
@@ -162,7 +164,7 @@ def collect(job: dict[str, Any], *, sample_every_s: float = 0.5) -> tuple[dict[s
             )
 
         summary = follow(driver, CollectJob.model_validate(job), sample, every_s=sample_every_s).model_dump()
-        summary["cpu_s"] = cpu_since(cpu)
+        summary["cpu_s"], summary["cpu_s_by_process"] = cpu_since(cpu), spent_since(by_process)
     return summary, samples
 
 

@@ -32,8 +32,6 @@ import harness
 import ray
 from ray import serve
 
-from gym_serve.testing.processes import cpu_seconds_by_process, spent_since
-
 N_TOKENS = 256
 
 
@@ -50,7 +48,6 @@ def guess_latency(model: str) -> float:
 
 def run_once(work: Path, app: str, concurrency: int, n: int) -> dict[str, Any]:
     source = harness.rows_file(work / f"in-{n}.jsonl", n)
-    cpu_before = cpu_seconds_by_process()
     summary, samples = harness.collect(
         {
             "input_path": str(source),
@@ -62,7 +59,6 @@ def run_once(work: Path, app: str, concurrency: int, n: int) -> dict[str, Any]:
     )
     wall, cpu = summary["elapsed_s"], summary["cpu_s"]
     done = summary["rollouts"]
-    by_process = spent_since(cpu_before)
     return {
         "rollouts": done,
         "failures": summary["failures"],
@@ -76,7 +72,9 @@ def run_once(work: Path, app: str, concurrency: int, n: int) -> dict[str, Any]:
         "driver_rss_mb_max": max(s["rss_mb"] for s in samples),
         "driver_rss_mb_first": samples[0]["rss_mb"],
         "system_memory_used_mb_max": max(s["system_used_mb"] for s in samples),
-        "cpu_ms_per_rollout_by_process": {name: round(1000 * s / done, 3) for name, s in by_process.items() if s > 0},
+        "cpu_ms_per_rollout_by_process": {
+            name: round(1000 * s / done, 3) for name, s in summary["cpu_s_by_process"].items() if s > 0
+        },
     }
 
 

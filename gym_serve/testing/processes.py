@@ -23,14 +23,20 @@ def cpu_seconds_by_process() -> dict[str, float]:
             name, times = title(process), process.cpu_times()
         except psutil.Error:
             continue
-        name = "this process" if process.pid == os.getpid() else name.split(".")[0].split(" ")[0]
-        seconds[name] += times.user + times.system
+        seconds["this process" if process.pid == os.getpid() else name] += times.user + times.system
     return dict(seconds)
 
 
 def title(process: psutil.Process) -> str:
-    """The name Ray gives a worker process (`ray::<actor class>.<method running>`), or the command."""
-    return (process.cmdline() or [""])[0]
+    """The name Ray gives a worker process, without the method it runs (`ray::ServeReplica:<app>:<deployment>`
+    of `ray::ServeReplica:<app>:<deployment>.handle_request`), else the program's name (`raylet`, `gcs_server`,
+    or the script a Python runs: `log_monitor.py`)."""
+    command = process.cmdline() or [""]
+    if command[0].startswith("ray::"):
+        return command[0].split(" ")[0].split(".")[0]
+    program = os.path.basename(command[0])
+    scripts = [os.path.basename(arg) for arg in command[1:] if arg.endswith(".py")]
+    return scripts[0] if program.startswith("python") and scripts else program
 
 
 def spent_since(before: dict[str, float]) -> dict[str, float]:
