@@ -9,6 +9,7 @@ import argparse
 import os
 import shlex
 import sys
+import tempfile
 import time
 from datetime import datetime
 from importlib import resources
@@ -37,8 +38,11 @@ DEMO_ENVS = ("example_single_tool_call", "example_multi_step", "example_session_
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    rest, overrides = _nemo_gym_overrides(given)
+    args = parser.parse_args(rest)
+    args.argv = given
+    args.nemo_gym = overrides
     try:
         return args.func(args)
     except GymServeError as e:
@@ -55,7 +59,13 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     up = _command(sub, "up", "deploy the applications of a Serve config and print what runs")
-    up.add_argument("config", help="a Serve config YAML (e.g. deployments/example_single_tool_call.yaml)")
+    up.add_argument(
+        "config",
+        nargs="?",
+        help="a Serve config YAML (e.g. deployments/example_single_tool_call.yaml), or NeMo Gym's configs as "
+        "`ng_run` takes them: +config_paths=[a.yaml,b.yaml] (and +key=value overrides)",
+    )
+    _nemo_gym_options(up)
     up.add_argument(
         "--address",
         help="Ray cluster address, e.g. `auto` for a running one (default: $RAY_ADDRESS, else a new local one)",
@@ -66,9 +76,14 @@ def _parser() -> argparse.ArgumentParser:
     up.set_defaults(func=cmd_up)
 
     collect = _command(sub, "collect", "collect rollouts for a JSONL file of tasks")
-    collect.add_argument("--config", required=True, help="the Serve config whose applications run the rollouts")
-    collect.add_argument("--input", required=True, help="input rows (JSONL, NeMo Gym format)")
-    collect.add_argument("--output", required=True, help="rollouts JSONL; failures go to <output>_failures.jsonl")
+    collect.add_argument(
+        "--config",
+        help="the Serve config whose applications run the rollouts; or, instead, NeMo Gym's configs and "
+        "`ng_collect_rollouts`' arguments: +config_paths=[...] +input_jsonl_fpath=... +output_jsonl_fpath=...",
+    )
+    collect.add_argument("--input", help="input rows (JSONL, NeMo Gym format)")
+    collect.add_argument("--output", help="rollouts JSONL; failures go to <output>_failures.jsonl")
+    _nemo_gym_options(collect)
     collect.add_argument("--agent", help="agent (application) for rows without `agent_ref`")
     collect.add_argument("--limit", type=int, help="read at most this many input lines")
     collect.add_argument(
@@ -200,6 +215,26 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _nemo_gym_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--replay-model",
+        action="store_true",
+        help="with NeMo Gym's configs: the policy is the replay model (NeMo Gym's recordings), not their model server",
+    )
+    parser.add_argument(
+        "--hosted-agents",
+        action="store_true",
+        help="with NeMo Gym's configs: host NeMo Gym's simple_agent too, instead of gym-serve's own loop",
+    )
+
+
+def _nemo_gym_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`up`/`collect`'s NeMo Gym overrides (`+config_paths=[...]`, `+key=value`) apart from the other arguments."""
+    if not argv or argv[0] not in ("up", "collect"):
+        return argv, []
+    return [a for a in argv if not a.startswith("+")], [a for a in argv if a.startswith("+")]
+
+
 def _command(sub: Any, name: str, summary: str) -> argparse.ArgumentParser:
     """A command: `summary` is its line in the list of commands and opens its own `--help`."""
     parser: argparse.ArgumentParser = sub.add_parser(name, help=summary, description=summary)
@@ -210,6 +245,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from gym_serve.deployments.endpoints import describe_endpoints
     from gym_serve.serving import deploy as serving
 
+    args.config = _serve_config(args, Path(tempfile.gettempdir()) / f"gym-serve-nemo-gym-{os.getpid()}.yaml")
     specs = load_serve_config(args.config)
     http = http_options(args.config)
     host = args.http_host or http.get("host") or "127.0.0.1"
@@ -230,6 +266,13 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_collect(args: argparse.Namespace) -> int:
     from gym_serve.serving import deploy as serving
 
+    if args.nemo_gym:
+        _collect_arguments(args)
+    if not args.input or not args.output:
+        raise ConfigError(
+            "name the input and output files (--input/--output, or NeMo Gym's +input_jsonl_fpath/+output_jsonl_fpath)"
+        )
+    args.config = _serve_config(args, Path(args.output).with_name(Path(args.output).stem + "_serve_config.yaml"))
     specs = load_serve_config(args.config)
     overrides = _overrides(args)
     if not Path(args.input).is_file():
@@ -273,6 +316,32 @@ def cmd_collect(args: argparse.Namespace) -> int:
     print(_format_summary(summary))
     _echo_bad_rows(summary)
     return 0 if summary.rollouts + summary.rollouts_resumed > 0 else 1
+
+
+def _serve_config(args: argparse.Namespace, mapped: Path) -> str:
+    """The Serve config to run: the one named, or NeMo Gym's configs (`+config_paths=[...]`) mapped to one, written
+    at `mapped` (`gym_serve.environment.nemo_gym.configs`)."""
+    if not any(a.lstrip("+").startswith("config_paths=") for a in args.nemo_gym):  # collection arguments only
+        if not args.config:
+            raise ConfigError("name a Serve config, or NeMo Gym's configs as +config_paths=[a.yaml,b.yaml]")
+        return str(args.config)
+    if args.config:
+        raise ConfigError(f"give a Serve config ({args.config}) or NeMo Gym's +config_paths=[...], not both")
+    from gym_serve.environment.nemo_gym import configs
+
+    nemo_gym = configs.read(args.nemo_gym)
+    configs.write_serve_config(nemo_gym, mapped, replay_policy=args.replay_model, hosted_agents=args.hosted_agents)
+    print(f"NeMo Gym's configs ({nemo_gym.source}) run as the Serve config {mapped}")
+    return str(mapped)
+
+
+def _collect_arguments(args: argparse.Namespace) -> None:
+    """`ng_collect_rollouts`' arguments among the overrides (`+input_jsonl_fpath=...`), where no option set them."""
+    from gym_serve.environment.nemo_gym import configs
+
+    for option, value in configs.collect_arguments(configs.read(args.nemo_gym)).items():
+        if getattr(args, option) is None or (option == "num_repeats" and args.num_repeats == 1):
+            setattr(args, option, value)
 
 
 def _holds_no_rows(path: str) -> bool:
