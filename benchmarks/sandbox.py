@@ -239,7 +239,7 @@ def leaks(folder: Path, rollouts: int) -> dict[str, Any]:
     mounts_before = set(Path("/proc/mounts").read_text().splitlines())
     deploy(swe_app("bench-leaks"))
     sandbox = serve.get_deployment_handle("Sandbox", app_name="bench-leaks")
-    tags = [ray.get(sandbox.stats.remote())["tag"]]
+    tags = [sandbox.stats.remote().result()["tag"]]
     job = {
         "input_path": str(tasks_file(folder, rollouts)),
         "output_path": str(folder / "leaks-out.jsonl"),
@@ -261,7 +261,7 @@ def leaks(folder: Path, rollouts: int) -> dict[str, Any]:
     killed_tag = tags[0]
     time.sleep(2.0)
     after_kill = count_left([killed_tag], mounts_before)
-    tags.append(ray.get(sandbox.stats.remote())["tag"])  # the replacement replica's provider (its first create swept)
+    tags.append(sandbox.stats.remote().result()["tag"])  # the replacement replica's provider (its first create swept)
     serve.delete("bench-leaks")
     time.sleep(3.0)
     after_delete = count_left(tags, mounts_before)
