@@ -23,6 +23,7 @@ sandbox ends and every layer is freed by the kernel: nothing is ever written to 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import base64
 import contextlib
 import itertools
@@ -165,10 +166,22 @@ class LocalProvider:
             self._keeper = keeper
             self._cgroups = await asyncio.to_thread(CgroupRoot.make, self.tag) if self.use_cgroups else None
             self._reaper = asyncio.create_task(self._reap_forever())
+            atexit.register(self._at_exit)
+
+    def _at_exit(self) -> None:
+        """A provider its process never closed (a process-wide one) is closed as the process exits: the parent-death
+        chain would end its sandboxes anyway, but their cgroups would stay until the next provider swept them."""
+        keeper, cgroups = self._keeper, self._cgroups
+        self._keeper, self._cgroups, self._closed = None, None, True
+        if keeper is not None:
+            keeper.stop()
+        if cgroups is not None:
+            cgroups.remove()
 
     async def close(self) -> None:
         """End every sandbox and the keeper: nothing of this provider is left (processes, mounts, cgroups)."""
         self._closed = True
+        atexit.unregister(self._at_exit)
         for task in [self._reaper, *self._filling.values()]:
             if task is not None:
                 task.cancel()
