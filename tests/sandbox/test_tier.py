@@ -24,6 +24,7 @@ from gym_serve.serving.config import SandboxArgs, validate_app_args
 from gym_serve.testing.fixtures import unique
 from tests.sandbox.attacks import BASE
 from tests.sandbox.leftovers import left, mounts
+from tests.verifiers.callers import processes_with
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -85,6 +86,9 @@ async def test_calls_reach_the_replica_holding_the_sandbox_and_its_death_is_sess
     await client.exec(mine[0], f"sleep {stats[victim]['tag']}1 & sleep {stats[victim]['tag']}1 &")
     actor = next(a for a in replica_actors(name, "Sandbox") if a.endswith(victim))
     ray.kill(ray.get_actor(actor, namespace="serve"), no_restart=False)
+    deadline = time.monotonic() + 60  # ray.kill returns at once: a call made before the replica is gone still lands
+    while await asyncio.to_thread(processes_with, stats[victim]["tag"]) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)  # its keeper and sandboxes end with it (what is still there after is asserted below)
     with pytest.raises(SandboxGone):
         await client.exec(mine[0], "true")
     with pytest.raises(SessionLostError) as lost:
