@@ -7,6 +7,7 @@ export to a real receiver decoding the protobuf; and no trace file, nor carriers
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import ray
 from ray import serve
 
 from gym_serve.calls import tracing
+from gym_serve.calls.batching import MicroBatcher
 from gym_serve.collect.driver import RolloutDriver
 from gym_serve.collect.job import CollectJob, failures_path
 from gym_serve.deployments.app import build_app
@@ -234,3 +236,24 @@ def test_otlp_export_reaches_a_collector_from_every_tier(app: str, tmp_path: Pat
     roots = [s for _, s in OtlpReceiver.spans if s.name == "rollout"]
     assert len(roots) == ROWS and len({s.trace_id for s in roots}) == ROWS
     assert not any(s.parent_span_id for s in roots)
+
+
+async def test_a_micro_batch_carries_a_context_per_traced_call_and_none_untraced(tmp_path: Path) -> None:
+    sent: list[dict[str, Any]] = []
+
+    async def send(items: list[int], **extra: Any) -> list[int]:
+        sent.append(extra)
+        return items
+
+    batcher: MicroBatcher[int, int] = MicroBatcher(send)
+    assert await asyncio.gather(batcher(1), batcher(2)) == [1, 2]
+    assert sent == [{}], "untraced calls send no `traces` argument"
+    to = tracing.destination(str(tmp_path / "spans.jsonl"))
+    with tracing.rollout_span(to, time.time_ns(), {}) as root:
+        assert root is not None
+        await asyncio.gather(batcher(3), batcher(4))
+    traces = sent[1]["traces"]
+    trace_id = f"{root.get_span_context().trace_id:032x}"
+    assert [t["traceparent"].split("-")[1] for t in traces] == [trace_id, trace_id]
+    assert all(t["gs-trace-to"] == to for t in traces)
+    assert tracing.carrier() is None, "the destination ends with the rollout's span"
