@@ -248,6 +248,13 @@ def cmd_collect(args: argparse.Namespace) -> int:
         [args.agent] if args.agent and args.agent not in serving.env_apps(specs) else []
     )
     default_agent = args.agent or (agents[0] if len(agents) == 1 else None)
+    if args.trace is not None:
+        from gym_serve.calls.tracing import destination
+
+        try:
+            destination(args.trace)
+        except ValueError as e:
+            raise InputError(str(e), source="--trace") from None
     try:
         job = CollectJob(
             input_path=str(Path(args.input).resolve()),

@@ -257,3 +257,21 @@ async def test_a_micro_batch_carries_a_context_per_traced_call_and_none_untraced
     assert [t["traceparent"].split("-")[1] for t in traces] == [trace_id, trace_id]
     assert all(t["gs-trace-to"] == to for t in traces)
     assert tracing.carrier() is None, "the destination ends with the rollout's span"
+
+
+def test_a_trace_destination_that_cannot_be_written_is_refused_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gym_serve.cli import main
+
+    monkeypatch.chdir(REPO)
+    for bad, said in (
+        (str(tmp_path / "missing" / "t.jsonl"), "does not exist"),
+        ("grpc://collector:4317", "an http(s):// OTLP endpoint or a file path"),
+    ):
+        argv = ["collect", "--config", "deployments/example_single_tool_call.yaml", "--trace", bad]
+        argv += ["--input", "envs/example_single_tool_call/data/example.jsonl", "--output", str(tmp_path / "o.jsonl")]
+        assert main(argv) == 2
+        error = capsys.readouterr().err
+        assert f"--trace: `{bad}`" in error and said in error
+        assert not (tmp_path / "o.jsonl").exists()
