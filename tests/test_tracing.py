@@ -112,7 +112,7 @@ def test_each_rollout_is_one_trace_across_the_driver_and_three_tiers(traced: Any
 
         for span in trace:
             expected = {
-                "queued": {"rollout", "seed", "tool_call", "verify", "model_call", "attempt"},
+                "queued": {"rollout"},
                 "attempt": {"rollout"},
                 "agent.run": {"attempt"},
                 "seed": {"agent.run"},
@@ -137,11 +137,11 @@ def test_spans_carry_application_tier_replica_batch_attempt_and_tokens(traced: A
         s["attributes"]["gym_serve.reward"] == 1.0 and s["attributes"]["gen_ai.usage.output_tokens"] >= 2 for s in ok
     )
     served = [s for s in spans if s["name"].startswith(("agent.", "model.", "environment."))]
-    assert {s["attributes"]["gym_serve.tier"] for s in served} == {"agent", "model", "environment"}
-    for span in served:
-        assert span["attributes"]["gym_serve.replica"] and span["attributes"]["gym_serve.application"]
-        assert span["attributes"]["gym_serve.batch_size"] >= 1
-    assert {s["attributes"]["gym_serve.application"] for s in served if s["name"] == "model.responses"} == {
+    assert {s["resource"]["gym_serve.tier"] for s in served} == {"agent", "model", "environment"}
+    for span in served:  # who served it is the span's resource (its process); how, its attributes
+        assert span["resource"]["gym_serve.replica"] and span["resource"]["gym_serve.application"]
+        assert span["attributes"]["gym_serve.batch_size"] >= 1 and span["attributes"]["gym_serve.queued_s"] >= 0
+    assert {s["resource"]["gym_serve.application"] for s in served if s["name"] == "model.responses"} == {
         app + "-model"
     }
     model = [s for s in spans if s["name"] in ("model_call", "model.responses")]
@@ -177,6 +177,7 @@ def test_profile_gives_time_per_tier_from_the_trace(traced: Any) -> None:
     report = json.loads((work / "trace_tier_times.json").read_text())
     assert report["traces"] == ROWS and report["spans"] == len(spans) and report["bad_lines"] == []
     assert {"driver", "agent", "model", "environment"} <= set(report["tiers"])
+    assert all("queued" in report["tiers"][tier] for tier in ("driver", "agent", "model", "environment"))
     verify = report["tiers"]["environment"]["environment.verify"]
     durations = sorted(s["duration_s"] for s in spans if s["name"] == "environment.verify")
     assert verify["count"] == len(durations) == ROWS - 1

@@ -3,8 +3,9 @@
 The file is what `gym-serve collect --trace FILE` writes (`gym_serve.calls.tracing`: one span per line). Each
 span counts for the tier of the process that ended it (`gym_serve.tier`: driver, agent, model, environment) under
 its name: the driver's `rollout`, `queued` and `attempt`; the Agent's `agent.run` and its calls `model_call`,
-`tool_call`, `verify`; the Model's and Environment's own `model.responses`, `environment.verify`, ... and
-their `queued` (from the Agent's call to the replica starting it). Bad lines are counted and named by line number,
+`tool_call`, `verify`; the Model's and Environment's own `model.responses`, `environment.verify`, ...; and, per
+tier, `queued`: the driver's wait for a slot, a replica's `gym_serve.queued_s` (from the caller's call to the
+replica starting it). Bad lines are counted and named by line number,
 never fatal.
 """
 
@@ -29,15 +30,19 @@ def trace_profile(path: str | Path) -> dict[str, Any]:
         raise InputError("cannot open: no such file", source=str(path))
     durations: defaultdict[tuple[str, str], list[float]] = defaultdict(list)
     traces: set[str] = set()
+    spans = 0
     bad: list[int] = []
     for line, row, error in scan_jsonl(path, strict=False):
         if row is None or error is not None:
             bad.append(line)
             continue
         try:
-            tier = str(row["attributes"].get("gym_serve.tier") or row["resource"]["gym_serve.tier"])
+            tier = str(row["resource"]["gym_serve.tier"])
             durations[(tier, str(row["name"]))].append(float(row["duration_s"]))
+            if "gym_serve.queued_s" in row["attributes"]:
+                durations[(tier, "queued")].append(float(row["attributes"]["gym_serve.queued_s"]))
             traces.add(str(row["trace_id"]))
+            spans += 1
         except (KeyError, TypeError, ValueError, AttributeError):
             bad.append(line)
     if not durations:
@@ -53,7 +58,7 @@ def trace_profile(path: str | Path) -> dict[str, Any]:
     report = {
         "trace": str(path),
         "traces": len(traces),
-        "spans": sum(len(v) for v in durations.values()),
+        "spans": spans,
         "bad_lines": bad,
         "tiers": dict(tiers),
     }

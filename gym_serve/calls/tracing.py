@@ -4,8 +4,9 @@ tiers.
 The driver opens a rollout's root span (`rollout`, with `queued`: its wait for a slot in the in-flight window,
 and one `attempt` per try); the Agent replica's `agent.run` is the attempt's child, and in it the episode's
 calls (`model_call`, `tool_call`, `verify`, `seed`, `user_turn`) are the parents of the Model and Environment
-replicas' own spans (`model.responses`, `environment.call_tools`, ...), each after a `queued` span: the time
-from the caller's call to the replica starting it (micro-batching, Serve's queue and routing).
+replicas' own spans (`model.responses`, `environment.call_tools`, ...), whose `gym_serve.queued_s` is the time
+from the caller's call to the replica starting it (micro-batching, Serve's queue and routing). Who made a span
+(tier, application, replica, pid) is its resource, the process's; the span's own attributes say the rest.
 
 The context travels *per call*, not per Serve request: calls are micro-batched (`gym_serve.calls.batching`),
 so one request carries calls of many rollouts, each with its own `Carrier` (W3C `traceparent`, where its
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import json
 import os
 import threading
 import time
@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -171,7 +172,7 @@ class _Traced:
         *,
         root: bool = False,
     ) -> None:
-        self._tracer, self._name, self._attributes = tracer, name, {**_process_attributes(), **attributes}
+        self._tracer, self._name, self._attributes = tracer, name, dict(attributes)
         self._context, self._queued, self._root = context, queued, root
         self._scope: Any = None
         self._token: contextvars.Token[str | None] | None = None
@@ -181,11 +182,10 @@ class _Traced:
         if self._queued is not None:
             now = time.time_ns()
             queued_at = min(int(self._queued[_QUEUED_AT]), now)  # another host's clock may run ahead
-            start = queued_at if self._root else None
-            if not self._root:
-                self._tracer.start_span(
-                    "queued", context=self._context, start_time=queued_at, attributes=_process_attributes()
-                ).end(end_time=now)
+            if self._root:
+                start = queued_at
+            else:
+                self._attributes["gym_serve.queued_s"] = (now - queued_at) / 1e9
             self._token = _destination.set(self._queued[_TO])
         self._scope = self._tracer.start_as_current_span(
             self._name,
@@ -197,7 +197,7 @@ class _Traced:
         )
         current: Span = self._scope.__enter__()
         if self._root and start is not None:
-            self._tracer.start_span("queued", start_time=start, attributes=_process_attributes()).end()
+            self._tracer.start_span("queued", start_time=start).end()
         return current
 
     def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
@@ -234,7 +234,9 @@ def _new_provider(to: str) -> TracerProvider:
     provider = TracerProvider(
         resource=Resource.create({"service.name": f"gym-serve-{attributes['gym_serve.tier']}", **attributes})
     )
-    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=int(EXPORT_EVERY_S * 1000)))
+    provider.add_span_processor(
+        BatchSpanProcessor(exporter, schedule_delay_millis=int(EXPORT_EVERY_S * 1000), max_queue_size=_QUEUE)
+    )
     _providers.append(provider)
     return provider
 
@@ -260,6 +262,8 @@ def _process_attributes() -> dict[str, Any]:
 
 
 _TIERS = {"Agent": "agent", "Model": "model", "Environment": "environment"}
+_QUEUE = 1 << 16
+"""Spans a process holds before export: at 256 rollouts in flight a few seconds' worth (none is dropped)."""
 
 
 def span_row(span: ReadableSpan) -> dict[str, Any]:
@@ -290,7 +294,7 @@ class _JsonlExporter(SpanExporter):
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        data = "".join(json.dumps(span_row(s), default=str) + "\n" for s in spans).encode()
+        data = b"".join(orjson.dumps(span_row(s), default=str) + b"\n" for s in spans)
         while data:
             data = data[os.write(self._fd, data) :]
         return SpanExportResult.SUCCESS
