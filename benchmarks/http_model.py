@@ -51,7 +51,13 @@ def weather_app(name: str, model: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_once(
-    work: Path, app: str, concurrency: int, n: int, server: psutil.Process, trace: str | None = None
+    work: Path,
+    app: str,
+    concurrency: int,
+    n: int,
+    server: psutil.Process,
+    trace: str | None = None,
+    trace_sample: float = 1.0,
 ) -> dict[str, Any]:
     source = harness.rows_file(work / f"in-{n}.jsonl", n)
     if trace is not None and not trace.startswith("http"):
@@ -65,6 +71,7 @@ def run_once(
             "default_agent": app,
             "concurrency": concurrency,
             "trace": trace,
+            "trace_sample": trace_sample,
         }
     )
     done = summary["rollouts"]
@@ -102,6 +109,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per point and system; the median is reported")
     parser.add_argument("--api", choices=["responses", "chat"], default="responses", help="what the HTTP tier speaks")
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument("--trace-sample", type=float, default=1.0, help="with --trace: the share of rollouts traced")
     parser.add_argument(
         "--trace",
         metavar="FILE|URL",
@@ -133,10 +141,13 @@ def main() -> None:
         for concurrency in args.concurrency:
             runs: dict[str, list[dict[str, Any]]] = {label: [] for label in variants}
             for app, trace_to in variants.values():  # warm up: connections, replicas' caches
-                run_once(work, app, concurrency, min(args.rollouts, 2 * concurrency + 20), server, trace_to)
+                warm_up = min(args.rollouts, 2 * concurrency + 20)
+                run_once(work, app, concurrency, warm_up, server, trace_to, args.trace_sample)
             for _ in range(args.repeats):
                 for label, (app, trace_to) in variants.items():  # alternate: load from elsewhere hits all alike
-                    runs[label].append(run_once(work, app, concurrency, args.rollouts, server, trace_to))
+                    runs[label].append(
+                        run_once(work, app, concurrency, args.rollouts, server, trace_to, args.trace_sample)
+                    )
             point = {"concurrency": concurrency, **{s: {"median": median_run(r), "runs": r} for s, r in runs.items()}}
             for system in apps:
                 if f"{system}+trace" in point:
@@ -176,6 +187,7 @@ def main() -> None:
             "api": args.api,
             "serve_throughput_optimized": args.serve_throughput_optimized,
             "trace": args.trace,
+            "trace_sample": args.trace_sample,
             "rollouts_per_run": args.rollouts,
             "repeats": args.repeats,
             "load_average_at_start": load_at_start,

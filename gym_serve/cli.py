@@ -116,6 +116,14 @@ def _parser() -> argparse.ArgumentParser:
         help="one OpenTelemetry trace per rollout across every tier, to a JSON-lines FILE or an OTLP/HTTP "
         "endpoint (http://collector:4318); `gym-serve profile --trace FILE` gives time per tier",
     )
+    collect.add_argument(
+        "--trace-sample",
+        type=float,
+        default=1.0,
+        metavar="SHARE",
+        help="trace this share of the rollouts, drawn at random (default 1: every rollout; a trace costs "
+        "about a millisecond of CPU per rollout, see the README)",
+    )
     collect.set_defaults(func=cmd_collect)
 
     prof = _command(sub, "profile", "per-task reward profile, aggregate metrics (pass@k) and a plot")
@@ -274,6 +282,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
             max_policy_lag=args.max_policy_lag,
             flag_stale=args.flag_stale,
             trace=args.trace,
+            trace_sample=args.trace_sample,
         )
     except ValidationError as e:  # before anything starts: the arguments do not fit this config
         raise ConfigError(str(e.errors()[0]["msg"]).removeprefix("Value error, "), source=args.config) from None

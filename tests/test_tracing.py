@@ -276,3 +276,22 @@ def test_a_trace_destination_that_cannot_be_written_is_refused_before_anything_s
         error = capsys.readouterr().err
         assert f"--trace: `{bad}`" in error and said in error
         assert not (tmp_path / "o.jsonl").exists()
+
+
+async def test_trace_sample_traces_that_share_of_the_rollouts(tmp_path: Path) -> None:
+    from gym_serve.collect.dispatch import Dispatcher, Rollout
+
+    async def send(agent: str, row: dict[str, Any]) -> dict[str, Any]:
+        return {**row, "reward": 1.0}
+
+    to = tracing.destination(str(tmp_path / "sampled.jsonl"))
+    dispatcher = Dispatcher(["a"], default_agent="a", send=send, trace=to, trace_sample=0.25, seed=1)
+    rows = [(i + 1, {"responses_create_params": {"input": f"task {i}"}}) for i in range(400)]
+    rollouts = [r for r in dispatcher.expand(rows) if isinstance(r, Rollout)]
+    outcomes = [await dispatcher.run(r) for r in rollouts]
+    tracing.flush()
+    spans = [json.loads(line) for line in (tmp_path / "sampled.jsonl").read_text().splitlines()]
+    roots = [s for s in spans if s["name"] == "rollout"]
+    assert len(outcomes) == 400 and all(o.ok for o in outcomes), "an untraced rollout runs as a traced one does"
+    assert 60 <= len(roots) <= 140, len(roots)
+    assert sum(s["name"] == "attempt" for s in spans) == sum(s["name"] == "queued" for s in spans) == len(roots)

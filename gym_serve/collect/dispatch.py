@@ -24,7 +24,8 @@ a resumed rollout continues its count; `window` is the one in-flight bound a doo
 
 With `trace` (a destination, `gym_serve.calls.tracing`), each rollout is one OpenTelemetry trace: its root span
 `rollout` from the moment it was queued, `queued` (its wait for a slot), one `attempt` per try; the Agent's
-spans and theirs below. Without it, nothing of OpenTelemetry runs.
+spans and theirs below; `trace_sample` < 1 traces that share of the rollouts, drawn at random (what a
+trace costs is per rollout). Without `trace`, nothing of OpenTelemetry runs.
 """
 
 from __future__ import annotations
@@ -156,9 +157,12 @@ class Dispatcher:
         send: Send | None = None,
         seed: int | None = None,
         trace: str | None = None,
+        trace_sample: float = 1.0,
     ) -> None:
         self._agents = agents
         self.trace = trace
+        self.trace_sample = trace_sample
+        self._sampler = random.Random(seed)
         self.default_agent = default_agent
         self.policy = policy or RetryPolicy()
         self.window = AdaptiveWindow(max_in_flight)
@@ -237,7 +241,7 @@ class Dispatcher:
         `spent`: attempts the rollout used before (a resumed collection); `staleness`: this rollout's bound, in
         place of the dispatcher's own (an ingress request sets its own).
         """
-        queued_at = time.time_ns() if self.trace is not None else 0
+        queued_at = time.time_ns() if self._traces_one() else None
         await self.window.acquire()
         try:
             return asyncio.ensure_future(
@@ -255,14 +259,20 @@ class Dispatcher:
         """`rollouts` run within the window, each yielded with its outcome as it finishes (see `RolloutStream`)."""
         return RolloutStream(self, rollouts, staleness)
 
+    def _traces_one(self) -> bool:
+        """Whether the next rollout is traced: always with a destination, or its share `trace_sample`."""
+        return self.trace is not None and (self.trace_sample >= 1.0 or self._sampler.random() < self.trace_sample)
+
     async def _run_holding_a_slot(
-        self, rollout: Rollout, spent: int, staleness: Staleness | None, queued_at: int
+        self, rollout: Rollout, spent: int, staleness: Staleness | None, queued_at: int | None
     ) -> Outcome:
+        """`queued_at`: when a traced rollout was queued (None: not traced)."""
         try:
-            with tracing.rollout_span(self.trace, queued_at, _rollout_attributes(rollout)) as root:
+            to = self.trace if queued_at is not None else None
+            with tracing.rollout_span(to, queued_at or 0, _rollout_attributes(rollout)) as root:
                 tries = itertools.count(spent + 1)
                 outcome = await run_attempts(
-                    lambda: self._attempt(rollout, staleness, next(tries)),
+                    lambda: self._attempt(rollout, staleness, next(tries) if root is not None else None),
                     rollout.row,
                     self.policy,
                     self._rng,
@@ -276,8 +286,11 @@ class Dispatcher:
         finally:
             self.window.release()
 
-    def _attempt(self, rollout: Rollout, staleness: Staleness | None, attempt: int) -> Awaitable[dict[str, Any]]:
-        if self.trace is not None:
+    def _attempt(
+        self, rollout: Rollout, staleness: Staleness | None, attempt: int | None
+    ) -> Awaitable[dict[str, Any]]:
+        """One try at the rollout; `attempt`: its number in a traced rollout (None: not traced)."""
+        if attempt is not None:
             return self._traced_attempt(rollout, staleness, attempt)
         result = self.send(rollout.agent, rollout.row)
         return result if staleness is None else staleness.checked(rollout.agent, result)

@@ -61,6 +61,7 @@ class Collection:
             send=send,
             seed=seed,
             trace=job.trace,
+            trace_sample=job.trace_sample,
         )
         self.window = self.dispatcher.window
         self.out = Path(job.output_path)

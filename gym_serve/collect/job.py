@@ -49,6 +49,10 @@ class CollectJob(BaseModel):
         "(gym_serve.calls.tracing); None: no tracing.",
     )
 
+    trace_sample: float = Field(
+        default=1.0, gt=0.0, le=1.0, description="The share of rollouts traced (drawn at random), with `trace`."
+    )
+
     @field_validator("trace")
     @classmethod
     def _trace_destination(cls, value: str | None) -> str | None:
