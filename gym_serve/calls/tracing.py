@@ -49,7 +49,9 @@ __all__ = [
     "Carrier",
     "carrier",
     "destination",
+    "failed",
     "flush",
+    "result_attributes",
     "rollout_span",
     "served",
     "span",
@@ -109,8 +111,8 @@ def span(name: str, attributes: dict[str, Any] | None = None) -> contextlib.Abst
 def served(
     found: Carrier | None, name: str, attributes: dict[str, Any] | None = None
 ) -> contextlib.AbstractContextManager[Span | None]:
-    """A replica's span of a call whose caller sent `found` (None: not traced), after a `queued` span from the
-    caller's call to now."""
+    """A replica's span (`<tier>.<name>`) of a call whose caller sent `found` (None: not traced); its
+    `gym_serve.queued_s` is the time from the caller's call to now."""
     if not found or _TO not in found:
         return _OFF
     return _Traced(
