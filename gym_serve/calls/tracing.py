@@ -161,8 +161,9 @@ def flush(timeout_s: float = 10.0) -> None:
 
 
 class _Traced:
-    """A span made current for the block (in `context`, else the current one), the destination with it; a
-    `queued` span first when `queued` carries when the work was queued."""
+    """A span made current for the block (in `context`, else the current one), and with `queued` (a carrier)
+    its destination too. When the work was queued: a root starts then, with a `queued` child up to now; a served
+    call's span has the wait as `gym_serve.queued_s`."""
 
     def __init__(
         self,
