@@ -17,6 +17,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from gym_serve.calls import tracing
 from gym_serve.calls.autoscaling import Load, counted
 from gym_serve.calls.batching import stream_batch
 from gym_serve.calls.handles import EnvironmentHandle, ModelHandle, model_handle
@@ -64,13 +65,16 @@ class AgentDeployment:
             self._env_info = await self.env.describe.remote()
         return await run_episode(row, model=self.model, env=self.env, env_info=self._env_info, config=self.config)
 
-    async def run_batch(self, rows: list[dict[str, Any]]) -> AsyncIterator[list[tuple[int, Any]]]:
+    async def run_batch(
+        self, rows: list[dict[str, Any]], traces: list[tracing.Carrier | None] | None = None
+    ) -> AsyncIterator[list[tuple[int, Any]]]:
         """Run many rollouts from one request, streaming `(index, rollout or exception)` pairs as they finish.
 
         The driver sends rows this way (one Serve request per batch, not per rollout); an
         exception comes back as a value, so one failed rollout does not fail its batch.
+        `traces`: the driver's trace context of each traced row (`gym_serve.calls.tracing`).
         """
-        async for item in stream_batch(self.run, [(row,) for row in rows]):
+        async for item in stream_batch(self.run, [(row,) for row in rows], traces):
             yield item
 
     async def __call__(self, request: Request) -> JSONResponse:

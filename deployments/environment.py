@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray import serve
 
+from gym_serve.calls import tracing
 from gym_serve.calls.autoscaling import Load, counted
 from gym_serve.calls.batching import stream_batch
 from gym_serve.calls.handles import ModelHandle, model_handle
@@ -99,12 +100,14 @@ class EnvironmentDeployment:
             set_cookies[REPLICA_KEY] = self.replica
         return status, answer, set_cookies
 
-    async def batch(self, method: str, calls: list[tuple[Any, ...]]) -> AsyncIterator[list[tuple[int, Any]]]:
+    async def batch(
+        self, method: str, calls: list[tuple[Any, ...]], traces: list[tracing.Carrier | None] | None = None
+    ) -> AsyncIterator[list[tuple[int, Any]]]:
         """Many calls of one method in one streaming request (`gym_serve.calls.batching`): a slow call holds up no
-        other."""
+        other. `traces`: the callers' trace contexts of traced calls (`gym_serve.calls.tracing`)."""
         if method not in _METHODS:
             raise ValueError(f"`{method}` cannot be batched; batchable: {', '.join(_METHODS)}")
-        async for item in stream_batch(getattr(self, method), calls):
+        async for item in stream_batch(getattr(self, method), calls, traces):
             yield item
 
     def record_autoscaling_stats(self) -> dict[str, float]:

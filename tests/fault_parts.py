@@ -98,7 +98,8 @@ class BumpModel(BatchedResponses):
         if self.fail_first and session not in self.seen:
             self.seen.add(session)
             raise ConnectionError(f"503 from the model endpoint (session {session})")
-        return {"id": "r", "object": "response", "status": "completed", "output": bump_turn(request)}
+        usage = {"input_tokens": len(request["input"]), "output_tokens": 1, "total_tokens": len(request["input"]) + 1}
+        return {"id": "r", "object": "response", "status": "completed", "output": bump_turn(request), "usage": usage}
 
 
 def counting_rows(n: int, **extra: Any) -> list[dict[str, Any]]:

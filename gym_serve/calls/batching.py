@@ -33,6 +33,10 @@ When every caller of a batch has given up (cancelled: a client went away, a
 deadline passed), the batch's request is cancelled too, so the replica stops
 the work (`stream_batch` cancels its calls, which cancels their own handle
 calls in turn) instead of finishing rollouts nobody will read.
+
+A call made in a traced rollout carries its trace context (`gym_serve.calls.tracing.carrier`): a request whose
+calls carry any is sent with `traces=[carrier or None per call]`, and `stream_batch` runs each call in its own
+span; untraced calls add no argument and no work.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, TypeVar
+
+from gym_serve.calls import tracing
 
 __all__ = ["BatchedResponses", "MicroBatcher", "stream_batch"]
 
@@ -77,6 +83,7 @@ class MicroBatcher(Generic[T, R]):
         self.latency_s = 0.0  # moving average of a call's time from send to result
         self._items: list[T] = []
         self._futures: list[asyncio.Future[R]] = []
+        self._carriers: list[tracing.Carrier | None] = []
         self._timer: asyncio.Handle | None = None
         self._sending: set[asyncio.Task[None]] = set()
 
@@ -85,6 +92,7 @@ class MicroBatcher(Generic[T, R]):
         future: asyncio.Future[R] = loop.create_future()
         self._items.append(item)
         self._futures.append(future)
+        self._carriers.append(tracing.carrier())
         if len(self._items) >= self._max_size:
             self._flush()
         elif self._timer is None:
@@ -97,37 +105,52 @@ class MicroBatcher(Generic[T, R]):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        items, futures = self._items, self._futures
-        self._items, self._futures = [], []
-        groups: dict[str | None, tuple[list[T], list[asyncio.Future[R]]]] = {}
-        for item, future in zip(items, futures, strict=True):
-            group = groups.setdefault(self._route(item) if self._route else None, ([], []))
+        items, futures, carriers = self._items, self._futures, self._carriers
+        self._items, self._futures, self._carriers = [], [], []
+        groups: dict[str | None, tuple[list[T], list[asyncio.Future[R]], list[tracing.Carrier | None]]] = {}
+        for item, future, found in zip(items, futures, carriers, strict=True):
+            group = groups.setdefault(self._route(item) if self._route else None, ([], [], []))
             group[0].append(item)
             group[1].append(future)
-        for key, (keyed_items, keyed_futures) in groups.items():
+            group[2].append(found)
+        for key, (keyed_items, keyed_futures, keyed_carriers) in groups.items():
             parts = min(self._parts(), len(keyed_items)) if self._parts and key is None else 1
             for part in range(parts):  # calls part, part + parts, ...: each request gets a share
-                self._start(keyed_items[part::parts], keyed_futures[part::parts], key)
+                self._start(keyed_items[part::parts], keyed_futures[part::parts], key, keyed_carriers[part::parts])
 
-    def _start(self, items: list[T], futures: list[asyncio.Future[R]], key: str | None = None) -> None:
+    def _start(
+        self,
+        items: list[T],
+        futures: list[asyncio.Future[R]],
+        key: str | None = None,
+        carriers: list[tracing.Carrier | None] | None = None,
+    ) -> None:
         if items:
             # A fresh context: in a Serve replica, a handle call takes its Serve request id from the calling
             # request's context, and the requests of one flush would all carry the id of the request whose
             # call started the flush (see also `SessionRouter._fulfill_next_pending_request`).
             context = contextvars.Context()
-            task = asyncio.get_running_loop().create_task(self._deliver(items, futures, key), context=context)
+            traces = carriers if carriers and any(carriers) else None
+            task = asyncio.get_running_loop().create_task(self._deliver(items, futures, key, traces), context=context)
             self._sending.add(task)  # keep a reference until it is done
             task.add_done_callback(self._sending.discard)
             abandon = functools.partial(_abandon_if_unwanted, task, futures)
             for future in futures:
                 future.add_done_callback(abandon)
 
-    async def _deliver(self, items: list[T], futures: list[asyncio.Future[R]], key: str | None) -> None:
+    async def _deliver(
+        self,
+        items: list[T],
+        futures: list[asyncio.Future[R]],
+        key: str | None,
+        traces: list[tracing.Carrier | None] | None = None,
+    ) -> None:
         reply = None
         self._outstanding += 1
         started = time.perf_counter()
+        extra = {} if traces is None else {"traces": traces}
         try:
-            reply = self._send(items, key) if self._route else self._send(items)
+            reply = self._send(items, key, **extra) if self._route else self._send(items, **extra)
             if hasattr(reply, "__aiter__"):
                 async for chunk in reply:
                     self._observe(time.perf_counter() - started)
@@ -179,14 +202,24 @@ def _settle(future: asyncio.Future[Any], result: Any) -> None:
 
 
 async def stream_batch(
-    fn: Callable[..., Awaitable[Any]], calls: list[tuple[Any, ...]]
+    fn: Callable[..., Awaitable[Any]],
+    calls: list[tuple[Any, ...]],
+    traces: list[tracing.Carrier | None] | None = None,
 ) -> AsyncIterator[list[tuple[int, Any]]]:
     """Run `fn(*args)` for every call concurrently; yield `(index, result or exception)` pairs as calls finish.
 
     The calls that finish together are yielded together (each yield is a message
-    on the stream, and costs about as much as a small request).
+    on the stream, and costs about as much as a small request). With `traces`
+    (the callers' trace contexts, `MicroBatcher`), a traced call runs in a span
+    named for this replica's tier and `fn`.
     """
-    tasks = {asyncio.ensure_future(fn(*args)): i for i, args in enumerate(calls)}
+    if traces is None:
+        tasks = {asyncio.ensure_future(fn(*args)): i for i, args in enumerate(calls)}
+    else:
+        tasks = {
+            asyncio.ensure_future(_traced(fn, args, found, len(calls))): i
+            for i, (args, found) in enumerate(zip(calls, traces, strict=True))
+        }
     pending = set(tasks)
     try:
         while pending:
@@ -195,6 +228,17 @@ async def stream_batch(
     finally:
         for task in pending:
             task.cancel()
+
+
+async def _traced(
+    fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...], found: tracing.Carrier | None, size: int
+) -> Any:
+    """`fn(*args)` in the replica's span of the call (`<tier>.<method>`, with the micro-batch's size)."""
+    name = getattr(fn, "__name__", "call")
+    with tracing.served(found, name, {"gym_serve.batch_size": size}) as current:
+        result = await fn(*args)
+        tracing.result_attributes(current, result)
+        return result
 
 
 class BatchedResponses:
@@ -215,7 +259,7 @@ class BatchedResponses:
         return None
 
     async def responses_batch(
-        self, calls: list[tuple[dict[str, Any], str | None]]
+        self, calls: list[tuple[dict[str, Any], str | None]], traces: list[tracing.Carrier | None] | None = None
     ) -> AsyncIterator[list[tuple[int, Any]]]:
-        async for item in stream_batch(self.responses, calls):
+        async for item in stream_batch(self.responses, calls, traces):
             yield item

@@ -21,6 +21,11 @@ names line and field): a door writes it as a `bad_input` failure row, or refuses
 The seams later work builds on: `send` is any `(agent, row) → rollout` (another kind of agent application is
 another Serve application behind the same `run_batch`); `run` takes the attempts a rollout already spent, so
 a resumed rollout continues its count; `window` is the one in-flight bound a door may pause or resize.
+
+With `trace` (a destination, `gym_serve.calls.tracing`), each rollout is one OpenTelemetry trace: its root span
+`rollout` from the moment it was queued, `queued` (its wait for a slot), one `attempt` per try; the Agent's
+spans and theirs below; `trace_sample` < 1 traces that share of the rollouts, drawn at random (what a
+trace costs is per rollout). Without `trace`, nothing of OpenTelemetry runs.
 """
 
 from __future__ import annotations
@@ -28,11 +33,14 @@ from __future__ import annotations
 import asyncio
 import difflib
 import functools
+import itertools
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gym_serve.calls import tracing
 from gym_serve.collect.attempts import Outcome, RetryPolicy, failure_row, run_attempts
 from gym_serve.collect.staleness import Staleness
 from gym_serve.collect.task_index import TaskIndex
@@ -148,8 +156,13 @@ class Dispatcher:
         staleness: Staleness | None = None,
         send: Send | None = None,
         seed: int | None = None,
+        trace: str | None = None,
+        trace_sample: float = 1.0,
     ) -> None:
         self._agents = agents
+        self.trace = trace
+        self.trace_sample = trace_sample
+        self._sampler = random.Random(seed)
         self.default_agent = default_agent
         self.policy = policy or RetryPolicy()
         self.window = AdaptiveWindow(max_in_flight)
@@ -228,9 +241,12 @@ class Dispatcher:
         `spent`: attempts the rollout used before (a resumed collection); `staleness`: this rollout's bound, in
         place of the dispatcher's own (an ingress request sets its own).
         """
+        queued_at = time.time_ns() if self._traces_one() else None
         await self.window.acquire()
         try:
-            return asyncio.ensure_future(self._run_holding_a_slot(rollout, spent, staleness or self.staleness))
+            return asyncio.ensure_future(
+                self._run_holding_a_slot(rollout, spent, staleness or self.staleness, queued_at)
+            )
         except BaseException:
             self.window.release()
             raise
@@ -243,25 +259,46 @@ class Dispatcher:
         """`rollouts` run within the window, each yielded with its outcome as it finishes (see `RolloutStream`)."""
         return RolloutStream(self, rollouts, staleness)
 
-    async def _run_holding_a_slot(self, rollout: Rollout, spent: int, staleness: Staleness | None) -> Outcome:
+    def _traces_one(self) -> bool:
+        """Whether the next rollout is traced: always with a destination, or its share `trace_sample`."""
+        return self.trace is not None and (self.trace_sample >= 1.0 or self._sampler.random() < self.trace_sample)
+
+    async def _run_holding_a_slot(
+        self, rollout: Rollout, spent: int, staleness: Staleness | None, queued_at: int | None
+    ) -> Outcome:
+        """`queued_at`: when a traced rollout was queued (None: not traced)."""
         try:
-            outcome = await run_attempts(
-                lambda: self._attempt(rollout, staleness),
-                rollout.row,
-                self.policy,
-                self._rng,
-                spent=spent,
-                on_backpressure=self._on_backpressure,
-            )
+            to = self.trace if queued_at is not None else None
+            with tracing.rollout_span(to, queued_at or 0, _rollout_attributes(rollout)) as root:
+                tries = itertools.count(spent + 1)
+                outcome = await run_attempts(
+                    lambda: self._attempt(rollout, staleness, next(tries) if root is not None else None),
+                    rollout.row,
+                    self.policy,
+                    self._rng,
+                    spent=spent,
+                    on_backpressure=self._on_backpressure,
+                )
+                _annotate(root, outcome)
             if outcome.ok:
                 self.window.on_success()
             return outcome
         finally:
             self.window.release()
 
-    def _attempt(self, rollout: Rollout, staleness: Staleness | None) -> Awaitable[dict[str, Any]]:
+    def _attempt(
+        self, rollout: Rollout, staleness: Staleness | None, attempt: int | None
+    ) -> Awaitable[dict[str, Any]]:
+        """One try at the rollout; `attempt`: its number in a traced rollout (None: not traced)."""
+        if attempt is not None:
+            return self._traced_attempt(rollout, staleness, attempt)
         result = self.send(rollout.agent, rollout.row)
         return result if staleness is None else staleness.checked(rollout.agent, result)
+
+    async def _traced_attempt(self, rollout: Rollout, staleness: Staleness | None, attempt: int) -> dict[str, Any]:
+        with tracing.span("attempt", {"gym_serve.attempt": attempt}):
+            result = self.send(rollout.agent, rollout.row)
+            return await (result if staleness is None else staleness.checked(rollout.agent, result))
 
     def _on_backpressure(self) -> None:
         self.window.on_backpressure()
@@ -324,6 +361,25 @@ class RolloutStream:
     def _ended(self, rollout: Rollout, task: asyncio.Task[Outcome]) -> None:
         self._running.discard(task)
         self._finished.put_nowait((rollout, task))
+
+
+def _rollout_attributes(rollout: Rollout) -> dict[str, Any]:
+    return {
+        "gym_serve.application": rollout.agent,
+        "gym_serve.task_index": rollout.task,
+        "gym_serve.rollout_index": int(rollout.row["_ng_rollout_index"]),
+    }
+
+
+def _annotate(root: Any, outcome: Outcome) -> None:
+    """The rollout's attempts, tokens and reward on its root span; a failure row's kind and error."""
+    if root is None:
+        return
+    root.set_attribute("gym_serve.attempts", outcome.attempts)
+    if outcome.kind is not None:
+        tracing.failed(root, outcome.kind.value, str(outcome.row.get("error") or ""))
+    else:
+        tracing.result_attributes(root, outcome.row)
 
 
 def _overridden(row: Any, overrides: Mapping[str, Any] | None) -> Any:

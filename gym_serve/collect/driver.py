@@ -25,6 +25,7 @@ from typing import Any
 
 import ray
 
+from gym_serve.calls import tracing
 from gym_serve.collect.attempts import Outcome, failure_row
 from gym_serve.collect.dispatch import Dispatcher, Send
 from gym_serve.collect.job import CollectJob, CollectSummary, Key, failures_path, rollout_key, sibling_path
@@ -59,6 +60,8 @@ class Collection:
             staleness=staleness,
             send=send,
             seed=seed,
+            trace=job.trace,
+            trace_sample=job.trace_sample,
         )
         self.window = self.dispatcher.window
         self.out = Path(job.output_path)
@@ -103,6 +106,8 @@ class Collection:
                 task.add_done_callback(running.discard)
             if running:
                 await asyncio.gather(*running)
+        if self.job.trace is not None:
+            tracing.flush()
         if self.job.ordered:
             self.summary.ordered_path = str(write_ordered(self.out))
         self.summary.finished = True

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
+from gym_serve.calls import tracing
 from gym_serve.collect.attempts import RetryPolicy
 from gym_serve.collect.dispatch import Repeats, check_repeats
 
@@ -42,6 +43,20 @@ class CollectJob(BaseModel):
         "current one (gym_serve.collect.staleness).",
     )
     flag_stale: bool = Field(default=False, description="Keep such rollouts, marked `policy_stale`, instead.")
+    trace: str | None = Field(
+        default=None,
+        description="One OpenTelemetry trace per rollout, to this JSON-lines file or http(s):// OTLP endpoint "
+        "(gym_serve.calls.tracing); None: no tracing.",
+    )
+
+    trace_sample: float = Field(
+        default=1.0, gt=0.0, le=1.0, description="The share of rollouts traced (drawn at random), with `trace`."
+    )
+
+    @field_validator("trace")
+    @classmethod
+    def _trace_destination(cls, value: str | None) -> str | None:
+        return None if value is None else tracing.destination(value)
 
     @model_validator(mode="after")
     def _shard_in_range(self) -> CollectJob:
