@@ -29,6 +29,10 @@ the call's routing key, each turn's calls are grouped by key, and each group is
 sent as `send(items, key)`, so the request carries its calls' key (calls without
 a key are split by `parts` and sent with the key None).
 
+A streaming call may also report progress before its result (`stream_batch(..., reports=True)` gives each
+call a `report` function; the Agent reports each rollout's completed turns): a `Progress` value on the stream
+goes to that call's `on_progress`, not to its result.
+
 When every caller of a batch has given up (cancelled: a client went away, a
 deadline passed), the batch's request is cancelled too, so the replica stops
 the work (`stream_batch` cancels its calls, which cancels their own handle
@@ -44,10 +48,22 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
-__all__ = ["BatchedResponses", "MicroBatcher", "stream_batch"]
+__all__ = ["BatchedResponses", "MicroBatcher", "Progress", "stream_batch"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class Progress:
+    """A report a streaming call sends before its result (see the module docstring)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+OnProgress = Callable[[Any], None]
 
 
 class MicroBatcher(Generic[T, R]):
@@ -77,14 +93,17 @@ class MicroBatcher(Generic[T, R]):
         self.latency_s = 0.0  # moving average of a call's time from send to result
         self._items: list[T] = []
         self._futures: list[asyncio.Future[R]] = []
+        self._listeners: list[OnProgress | None] = []
         self._timer: asyncio.Handle | None = None
         self._sending: set[asyncio.Task[None]] = set()
 
-    async def __call__(self, item: T) -> R:
+    async def __call__(self, item: T, on_progress: OnProgress | None = None) -> R:
+        """The item's result; `on_progress` hears the `Progress` values its call reports before it."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
         self._items.append(item)
         self._futures.append(future)
+        self._listeners.append(on_progress)
         if len(self._items) >= self._max_size:
             self._flush()
         elif self._timer is None:
@@ -97,32 +116,43 @@ class MicroBatcher(Generic[T, R]):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        items, futures = self._items, self._futures
-        self._items, self._futures = [], []
-        groups: dict[str | None, tuple[list[T], list[asyncio.Future[R]]]] = {}
-        for item, future in zip(items, futures, strict=True):
-            group = groups.setdefault(self._route(item) if self._route else None, ([], []))
+        items, futures, listeners = self._items, self._futures, self._listeners
+        self._items, self._futures, self._listeners = [], [], []
+        groups: dict[str | None, tuple[list[T], list[asyncio.Future[R]], list[OnProgress | None]]] = {}
+        for item, future, listener in zip(items, futures, listeners, strict=True):
+            group = groups.setdefault(self._route(item) if self._route else None, ([], [], []))
             group[0].append(item)
             group[1].append(future)
-        for key, (keyed_items, keyed_futures) in groups.items():
+            group[2].append(listener)
+        for key, (keyed_items, keyed_futures, keyed_listeners) in groups.items():
             parts = min(self._parts(), len(keyed_items)) if self._parts and key is None else 1
             for part in range(parts):  # calls part, part + parts, ...: each request gets a share
-                self._start(keyed_items[part::parts], keyed_futures[part::parts], key)
+                share = slice(part, None, parts)
+                self._start(keyed_items[share], keyed_futures[share], keyed_listeners[share], key)
 
-    def _start(self, items: list[T], futures: list[asyncio.Future[R]], key: str | None = None) -> None:
+    def _start(
+        self,
+        items: list[T],
+        futures: list[asyncio.Future[R]],
+        listeners: list[OnProgress | None],
+        key: str | None = None,
+    ) -> None:
         if items:
             # A fresh context: in a Serve replica, a handle call takes its Serve request id from the calling
             # request's context, and the requests of one flush would all carry the id of the request whose
             # call started the flush (see also `SessionRouter._fulfill_next_pending_request`).
             context = contextvars.Context()
-            task = asyncio.get_running_loop().create_task(self._deliver(items, futures, key), context=context)
+            delivery = self._deliver(items, futures, listeners, key)
+            task = asyncio.get_running_loop().create_task(delivery, context=context)
             self._sending.add(task)  # keep a reference until it is done
             task.add_done_callback(self._sending.discard)
             abandon = functools.partial(_abandon_if_unwanted, task, futures)
             for future in futures:
                 future.add_done_callback(abandon)
 
-    async def _deliver(self, items: list[T], futures: list[asyncio.Future[R]], key: str | None) -> None:
+    async def _deliver(
+        self, items: list[T], futures: list[asyncio.Future[R]], listeners: list[OnProgress | None], key: str | None
+    ) -> None:
         reply = None
         self._outstanding += 1
         started = time.perf_counter()
@@ -132,7 +162,12 @@ class MicroBatcher(Generic[T, R]):
                 async for chunk in reply:
                     self._observe(time.perf_counter() - started)
                     for index, result in chunk:
-                        _settle(futures[index], result)
+                        if isinstance(result, Progress):
+                            listener = listeners[index]
+                            if listener is not None and not futures[index].done():
+                                listener(result.value)
+                        else:
+                            _settle(futures[index], result)
                 missing = RuntimeError("the batch's stream ended before this call's result")
                 for future in futures:
                     _settle(future, missing)
@@ -179,21 +214,38 @@ def _settle(future: asyncio.Future[Any], result: Any) -> None:
 
 
 async def stream_batch(
-    fn: Callable[..., Awaitable[Any]], calls: list[tuple[Any, ...]]
+    fn: Callable[..., Awaitable[Any]], calls: list[tuple[Any, ...]], *, reports: bool = False
 ) -> AsyncIterator[list[tuple[int, Any]]]:
     """Run `fn(*args)` for every call concurrently; yield `(index, result or exception)` pairs as calls finish.
 
     The calls that finish together are yielded together (each yield is a message
-    on the stream, and costs about as much as a small request).
+    on the stream, and costs about as much as a small request). With `reports`,
+    each call is `fn(*args, report=...)`, and what it reports goes out as
+    `(index, Progress(value))` pairs, ahead of its result.
     """
-    tasks = {asyncio.ensure_future(fn(*args)): i for i, args in enumerate(calls)}
-    pending = set(tasks)
+    ready: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+
+    def reporter(index: int) -> Callable[[Any], None]:
+        return lambda value: ready.put_nowait((index, Progress(value)))
+
+    def finished(index: int, task: asyncio.Future[Any]) -> None:
+        ready.put_nowait((index, asyncio.CancelledError() if task.cancelled() else task.exception() or task.result()))
+
+    tasks = []
+    for index, args in enumerate(calls):
+        task = asyncio.ensure_future(fn(*args, report=reporter(index)) if reports else fn(*args))
+        task.add_done_callback(functools.partial(finished, index))
+        tasks.append(task)
+    left = len(tasks)
     try:
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            yield [(tasks[task], task.exception() or task.result()) for task in done]
+        while left:
+            chunk = [await ready.get()]
+            while not ready.empty():
+                chunk.append(ready.get_nowait())
+            left -= sum(not isinstance(result, Progress) for _, result in chunk)
+            yield chunk
     finally:
-        for task in pending:
+        for task in tasks:
             task.cancel()
 
 
