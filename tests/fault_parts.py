@@ -69,6 +69,27 @@ class SlowCounter(Environment):
         return 1.0 if state.count == task.bumps else 0.0
 
 
+class GatedConfig(SlowConfig):
+    park_at: int | None = None
+    """The bump that waits at the test's gate (`tests.parked_env.gate`) before it counts, naming its replica."""
+
+
+class GatedCounter(SlowCounter):
+    """`SlowCounter` whose `park_at`-th bump of every rollout waits at the gate: a rollout held mid-turn."""
+
+    Config = GatedConfig
+
+    @tool
+    async def bump(self, state: Count) -> int:
+        """Add one to the counter."""
+        if state.count + 1 == self.config.park_at:
+            from tests.parked_env import gate
+
+            await gate().wait.remote(serve.get_replica_context().replica_id.unique_id)
+        state.count += 1
+        return state.count
+
+
 def bump_turn(request: dict[str, Any]) -> list[dict[str, Any]]:
     """Call `bump` until the count asked for in the first user message is reached, then answer."""
     items = request["input"]

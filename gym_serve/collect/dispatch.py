@@ -323,10 +323,15 @@ class Dispatcher:
         return await (await self.start(rollout, spent=spent))
 
     def stream(
-        self, rollouts: Iterable[Rollout], staleness: Staleness | None = None, *, batch: str | None = None
+        self,
+        rollouts: Iterable[Rollout],
+        staleness: Staleness | None = None,
+        *,
+        batch: str | None = None,
+        on_outcome: OnOutcome | None = None,
     ) -> RolloutStream:
         """`rollouts` run within the window, each yielded with its outcome as it finishes (see `RolloutStream`)."""
-        return RolloutStream(self, rollouts, staleness, batch)
+        return RolloutStream(self, rollouts, staleness, batch, on_outcome)
 
     async def partial(self, run: RolloutRun, outcome: Outcome) -> Outcome:
         """`outcome`, made the partial of a rollout that stopped at its last completed turn."""
@@ -388,6 +393,10 @@ class Dispatcher:
         self.backpressure_waits += 1
 
 
+OnOutcome = Callable[[Rollout, Outcome], None]
+"""Hears every rollout's outcome as soon as it is known (yielded, or resolved by `RolloutStream.stop`)."""
+
+
 class RolloutStream:
     """`async for rollout, outcome in stream`: rollouts started as the window allows, yielded as they finish.
 
@@ -403,11 +412,13 @@ class RolloutStream:
         rollouts: Iterable[Rollout],
         staleness: Staleness | None,
         batch: str | None = None,
+        on_outcome: OnOutcome | None = None,
     ) -> None:
         self._dispatcher = dispatcher
         self._rollouts = rollouts
         self._staleness = staleness
         self.batch = batch or uuid.uuid4().hex
+        self._on_outcome = on_outcome
         self._finished: asyncio.Queue[tuple[Rollout, Outcome]] = asyncio.Queue()
         self._running: dict[asyncio.Task[Outcome], RolloutRun] = {}
         self._runs: dict[int, RolloutRun] = {}  # by id(rollout), from the moment it is started
@@ -418,6 +429,10 @@ class RolloutStream:
 
     def __aiter__(self) -> AsyncIterator[tuple[Rollout, Outcome]]:
         return self._outcomes()
+
+    def ended(self, rollout: Rollout) -> bool:
+        """The rollout has its outcome (yielded, about to be, or resolved by `stop`)."""
+        return id(rollout) in self._resolved
 
     def cancel(self) -> None:
         self._cancelled = True
@@ -475,6 +490,9 @@ class RolloutStream:
         abort = mode is Stop.ABORT
         control = self._dispatcher.control
         await asyncio.gather(*(control.stop(agent, keys, abort) for agent, keys in by_agent.items()))
+        if self._on_outcome is not None:
+            for rollout, outcome in now:
+                self._on_outcome(rollout, outcome)
         return now
 
     async def _outcomes(self) -> AsyncIterator[tuple[Rollout, Outcome]]:
@@ -517,7 +535,12 @@ class RolloutStream:
         self._running.pop(task, None)
         if not task.cancelled():  # cancelled: the stream was, or the rollout was cut (`stop`) and resolved there
             self._resolved.add(id(rollout))
-            self._finished.put_nowait((rollout, task.result()))
+            self._put(rollout, task.result())
+
+    def _put(self, rollout: Rollout, outcome: Outcome) -> None:
+        if self._on_outcome is not None:
+            self._on_outcome(rollout, outcome)
+        self._finished.put_nowait((rollout, outcome))
 
 
 def _overridden(row: Any, overrides: Mapping[str, Any] | None) -> Any:
