@@ -217,3 +217,84 @@ async def test_what_cannot_be_paused_or_continued_is_refused_naming_why(url: str
     )
     with pytest.raises(Exception, match="altered since the rollout was paused"):
         [r async for r in source.rollouts(partials=altered["partials"])]
+
+
+# ---- long-tail control for groups, on the synthetic model with heavy-tailed response lengths -------------------
+
+TAIL = "tail"
+HEAVY = {"distribution": "pareto", "min_tokens": 20, "alpha": 1.1, "max_tokens": 1500}
+
+
+@pytest.fixture(scope="module")
+def tail_app(url: str) -> str:
+    model = {
+        "kind": "synthetic",
+        "recordings": ["example_single_tool_call"],
+        "error_rate": 0.5,
+        "lengths": HEAVY,
+        "seconds_per_token": 0.0005,
+    }
+    args = {"environment": {"name": "synthetic_load"}, "model": model}
+    serve.run(build_app(AppArgs.model_validate(args)), name=TAIL, route_prefix=None)
+    return TAIL
+
+
+def weather_rows(n: int) -> list[dict[str, Any]]:
+    from gym_serve.testing.fixtures import example_rows
+
+    return [{**r, "agent_ref": {"name": TAIL}} for r in example_rows("example_single_tool_call")[:n]]
+
+
+def runs_of(rows: list[dict[str, Any]]) -> dict[int, list[list[dict[str, Any]]]]:
+    """Each task's rows in the order they came, split where another task's row came between."""
+    runs: dict[int, list[list[dict[str, Any]]]] = {}
+    last = None
+    for row in rows:
+        task = row["_ng_task_index"]
+        if task != last:
+            runs.setdefault(task, []).append([])
+        runs[task][-1].append(row)
+        last = task
+    return runs
+
+
+@pytest.mark.parametrize("stragglers", ["masked", "partial"])
+async def test_a_group_finishes_at_k_of_n_and_its_stragglers_are_masked_or_partials(
+    tail_app: str, stragglers: str
+) -> None:
+    source = ServeRollouts(agents=[TAIL], default_agent=TAIL)
+    policy = {"finish_at": 2, "stragglers": stragglers, "over_provision": 1}
+    rows = [r async for r in source.rollouts(weather_rows(4), num_repeats=4, group_policy=policy)]
+    for task, runs in runs_of(rows).items():
+        members = [r for run in runs for r in run]
+        group = [r for r in runs[0] if not (r.get("partial") or r.get("straggler"))]  # what came out together
+        indices = [r["_ng_rollout_index"] for r in members]
+        assert len(set(indices)) == len(indices) and set(indices) <= set(range(5)), "n + m rollouts, each once"
+        finished = [r for r in group if "_ng_failure_class" not in r and not r.get("partial")]
+        assert len(finished) >= 2 and all(r["reward"] in (0.0, 1.0) for r in finished)
+        assert len(group) <= 4, "a group holds at most group_size rows"
+        later = [r for r in members if r not in group]
+        assert all(r.get("partial") or r.get("straggler") for r in later), "after its group: only stragglers"
+        if stragglers == "masked":
+            cut = [r for r in group if r.get("_ng_failure_class") == "straggler"]
+            shown = [(r["_ng_rollout_index"], r.get("_ng_failure_class"), r.get("straggler")) for r in members]
+            assert len(group) == 4 and all(r["mask_sample"] is True for r in cut), shown
+            assert not any(r.get("partial") for r in members)
+        else:
+            assert len(members) == 5 and not any(r.get("_ng_failure_class") for r in members), "none is lost"
+            assert all(r["mask_sample"] is True and "_gs_checkpoint" in r for r in members if r.get("partial"))
+
+
+async def test_a_group_can_finish_once_its_rewards_differ(tail_app: str) -> None:
+    source = ServeRollouts(agents=[TAIL], default_agent=TAIL)
+    policy = {"until_rewards_differ": True, "stragglers": "masked"}
+    rows = [r async for r in source.rollouts(weather_rows(6), num_repeats=6, group_policy=policy)]
+    for task, runs in runs_of(rows).items():
+        group = [r for r in runs[0] if not r.get("straggler")]
+        finished = [r for r in group if "_ng_failure_class" not in r]
+        cut = [r for r in group if r.get("_ng_failure_class") == "straggler"]
+        assert len(finished) + len(cut) == len(group) == 6
+        if cut:  # it closed early: its finished rollouts' rewards differ
+            assert len({r["reward"] for r in finished}) == 2
+    generated = await serve.get_deployment_handle("Model", app_name=TAIL).broadcast("stats").results_async()
+    assert sum(s["generation_tokens"] for s in generated) > 0

@@ -421,6 +421,7 @@ class RolloutStream:
         self._on_outcome = on_outcome
         self._finished: asyncio.Queue[tuple[Rollout, Outcome]] = asyncio.Queue()
         self._running: dict[asyncio.Task[Outcome], RolloutRun] = {}
+        self._tasks: dict[int, asyncio.Task[Outcome]] = {}  # by id(rollout)
         self._runs: dict[int, RolloutRun] = {}  # by id(rollout), from the moment it is started
         self._resolved: set[int] = set()  # rollouts with an outcome (the feed skips those stopped before a start)
         self._feeding: asyncio.Task[None] | None = None
@@ -429,6 +430,16 @@ class RolloutStream:
 
     def __aiter__(self) -> AsyncIterator[tuple[Rollout, Outcome]]:
         return self._outcomes()
+
+    def ready(self) -> list[tuple[Rollout, Outcome]]:
+        """The outcomes waiting to be yielded, taken now (a group closing takes its members that just finished)."""
+        for task, run in list(self._running.items()):
+            if task.done():  # finished, its callback not run yet
+                self._ended(run.rollout, task)
+        taken = []
+        while not self._finished.empty():
+            taken.append(self._finished.get_nowait())
+        return taken
 
     def ended(self, rollout: Rollout) -> bool:
         """The rollout has its outcome (yielded, about to be, or resolved by `stop`)."""
@@ -476,11 +487,13 @@ class RolloutStream:
                 continue
             if run.stopping is not None:
                 continue
+            task = self._tasks.get(id(rollout))
+            if task is not None and task.done():  # it finished: its outcome is on its way
+                continue
             run.stopping = mode
             stopped.append(run)
             if mode is Stop.ABORT:
                 self._resolved.add(id(rollout))
-                task = next((t for t, r in self._running.items() if r is run), None)
                 if task is not None:
                     task.cancel()
                 now.append((rollout, Outcome(run.masked(1, why), FailureKind.STRAGGLER, 1)))
@@ -526,14 +539,19 @@ class RolloutStream:
                 continue
             self._runs[id(rollout)] = run
             task = await self._dispatcher.start(rollout, staleness=self._staleness, run=run)
+            if id(rollout) in self._resolved:  # cut (`stop`) while it waited for its slot
+                task.cancel()
             if self.paused:
                 run.stopping = Stop.PAUSE
             self._running[task] = run
+            self._tasks[id(rollout)] = task
             task.add_done_callback(functools.partial(self._ended, rollout))
 
     def _ended(self, rollout: Rollout, task: asyncio.Task[Outcome]) -> None:
         self._running.pop(task, None)
-        if not task.cancelled():  # cancelled: the stream was, or the rollout was cut (`stop`) and resolved there
+        self._tasks.pop(id(rollout), None)
+        if not task.cancelled() and id(rollout) not in self._resolved:  # else: the stream was cancelled, or the
+            # rollout was cut (`stop`) and resolved there
             self._resolved.add(id(rollout))
             self._put(rollout, task.result())
 

@@ -17,6 +17,7 @@ The policy's decisions are made here; stopping rollouts is the stream's (`Rollou
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -86,14 +87,17 @@ class Grouped:
         for rollout in planned:
             self._groups.setdefault((rollout.agent, rollout.task), _Group([])).members.append(rollout)
         self._done_before = list(done)
+        self._backlog: deque[tuple[Rollout, Outcome]] = deque()
 
     async def __aiter__(self) -> AsyncIterator[list[dict[str, Any]]]:
         for rollout, row in self._done_before:
             async for rows in self._take(rollout, Outcome(row, None, 1)):
                 yield rows
         async for rollout, outcome in self.stream:
-            async for rows in self._take(rollout, outcome):
-                yield rows
+            self._backlog.append((rollout, outcome))
+            while self._backlog:
+                async for rows in self._take(*self._backlog.popleft()):
+                    yield rows
         for group in self._groups.values():
             if not group.closed and group.finished + group.failed:
                 yield group.finished + group.failed
@@ -130,16 +134,27 @@ class Grouped:
         )
 
     async def _close(self, group: _Group) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """The group's rows, and the partials of its stragglers that had not started (the others come later)."""
+        """The group's rows, and what comes right after it: the partials of its stragglers that had not started
+        (the others come as they stop), and finished rows beyond its size (marked `straggler`)."""
         assert self.policy is not None
+        self._backlog.extend(self.stream.ready())  # those that finished with the last are still the group's
+        mine = {id(member) for member in group.members}
+        waiting: deque[tuple[Rollout, Outcome]] = deque()
+        for rollout, outcome in self._backlog:
+            if id(rollout) in mine and not outcome.partial:
+                (group.finished if outcome.ok else group.failed).append(outcome.row)
+                group.resolved += 1
+            else:
+                waiting.append((rollout, outcome))
+        self._backlog = waiting
         group.closed = True
-        rows = [*group.finished, *group.failed][: self.size]
+        ended = [*group.finished, *group.failed]
+        rows, later = ended[: self.size], [{**row, "straggler": True} for row in ended[self.size :]]
         left = [r for r in group.members if not self.stream.ended(r)]
         mode = Stop.ABORT if self.policy.stragglers == "masked" else Stop.PAUSE
-        partials = []
         for _, outcome in await self.stream.stop(left, mode):
             if outcome.partial:
-                partials.append(outcome.row)
+                later.append(outcome.row)
             elif len(rows) < self.size:  # a masked straggler takes a place the group did not fill
                 rows.append(outcome.row)
-        return rows, partials
+        return rows, later
