@@ -265,7 +265,7 @@ async def test_a_group_finishes_at_k_of_n_and_its_stragglers_are_masked_or_parti
     source = ServeRollouts(agents=[TAIL], default_agent=TAIL)
     policy = {"finish_at": 2, "stragglers": stragglers, "over_provision": 1}
     rows = [r async for r in source.rollouts(weather_rows(4), num_repeats=4, group_policy=policy)]
-    for task, runs in runs_of(rows).items():
+    for runs in runs_of(rows).values():
         members = [r for run in runs for r in run]
         group = [r for r in runs[0] if not (r.get("partial") or r.get("straggler"))]  # what came out together
         indices = [r["_ng_rollout_index"] for r in members]
@@ -289,7 +289,7 @@ async def test_a_group_can_finish_once_its_rewards_differ(tail_app: str) -> None
     source = ServeRollouts(agents=[TAIL], default_agent=TAIL)
     policy = {"until_rewards_differ": True, "stragglers": "masked"}
     rows = [r async for r in source.rollouts(weather_rows(6), num_repeats=6, group_policy=policy)]
-    for task, runs in runs_of(rows).items():
+    for runs in runs_of(rows).values():
         group = [r for r in runs[0] if not r.get("straggler")]
         finished = [r for r in group if "_ng_failure_class" not in r]
         cut = [r for r in group if r.get("_ng_failure_class") == "straggler"]
