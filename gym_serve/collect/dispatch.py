@@ -463,9 +463,10 @@ class RolloutStream:
         runs = [run for key, run in self._runs.items() if key not in self._resolved]
         for run in runs:
             run.stopping = Stop.PAUSE
+        running = sum(id(run.rollout) in self._tasks for run in runs)
         agents = {run.rollout.agent for run in runs}
         await asyncio.gather(*(self._dispatcher.control.stop(agent, [self.batch], False) for agent in agents))
-        return len(runs)
+        return running
 
     async def stop(self, rollouts: Iterable[Rollout], mode: Stop) -> list[tuple[Rollout, Outcome]]:
         """Stop these rollouts (a group's stragglers): with `Stop.PAUSE` at their next turn boundary, yielded as
