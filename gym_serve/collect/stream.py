@@ -101,7 +101,11 @@ class ServeRollouts:
 
 
 class RolloutBatch:
-    """One batch of rollouts: `async for row in batch` yields them as they finish; `pause()` stops it."""
+    """One batch of rollouts: `async for row in batch` yields them as they finish; `pause()` stops it.
+
+    `groups()` yields the same rows a list at a time: each task's group together (with `group_size`), a partial
+    or a late straggler alone, every row alone without groups.
+    """
 
     def __init__(
         self,
@@ -132,6 +136,12 @@ class RolloutBatch:
         return self._rows()
 
     async def _rows(self) -> AsyncIterator[dict[str, Any]]:
+        async for rows in self.groups():
+            for row in rows:
+                yield row
+
+    async def groups(self) -> AsyncIterator[list[dict[str, Any]]]:
+        """The batch's rows, a group (or a lone row) at a time."""
         planned, rejected = await plan(
             self.dispatcher,
             self.rows,
@@ -144,18 +154,17 @@ class RolloutBatch:
         if rejected and self.on_bad_row == "refuse":
             raise rejected[0].error
         for item in rejected:
-            yield item.failure_row(SOURCE)
+            yield [item.failure_row(SOURCE)]
         self._stream = self.dispatcher.stream(planned, self.staleness)
         if self._paused:
             await self._stream.pause()
         size = group_size_of(self.group_size, self.num_repeats, self.group_policy)
         if size is None:
             async for _, outcome in self._stream:
-                yield outcome.row
+                yield [outcome.row]
             return
         async for rows in Grouped(self._stream, planned, size, self.group_policy):
-            for row in rows:
-                yield row
+            yield rows
 
 
 async def plan(
