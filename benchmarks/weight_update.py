@@ -20,8 +20,9 @@ then measured three times:
   `--rollouts` rollouts running through the in-cluster stream, trains on the first `--train-on` that finish,
   and then pushes new weights, `--updates` times. *Without partials* it does what a trainer without them
   must to stay on-policy: it stops the batch (its calls in flight are cancelled down to the engine) and
-  sends its unfinished rows again after the update. *With partials* it pauses the batch at its rollouts' next turn boundaries, pushes,
-  and continues the partials under the new version. After the last update every rollout runs to its end.
+  sends its unfinished rows again after the update. *With partials* it pauses the batch at its rollouts' next
+  turn boundaries, pushes, and continues the partials under the new version. After the last update every
+  rollout runs to its end.
   Tokens generated are the engines' own count (read once they are idle), tokens delivered those in the
   finished rollouts; the difference was lost to the updates (target with partials: 0).
 
