@@ -1,10 +1,16 @@
 """The Agent tier: runs whole episodes, calling the Model and Environment tiers through handles.
 
+An episode is gym-serve's own tool loop (`gym_serve.rollout.loop`), or one of
+NeMo Gym's agents hosted unchanged in the replica (`nemo_gym:` in the agent's
+args; `gym_serve.environment.nemo_gym.agents`), whose calls to its model and
+resources server go to the same tiers through the same handles.
+
 A row a dispatcher sends (`gym_serve.collect.dispatch`) carries its instructions for the attempt in `_gs_run`:
 the checkpoint to resume from, whether to report each completed turn (streamed back ahead of the rollout,
 `gym_serve.calls.batching.Progress`), and the keys that stop it. `stop_rollouts(keys)` (broadcast to every
 replica) stops the rollouts holding any of those keys at their next turn boundary, answered with the turn
-they stopped after (`_gs_paused`); with `abort`, at once.
+they stopped after (`_gs_paused`); with `abort`, at once. A hosted NeMo Gym agent runs its episode whole: it
+reports no turns and stops at no boundary (its rollouts are retried from the start, as before).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
@@ -23,10 +29,15 @@ from starlette.responses import JSONResponse
 from gym_serve.calls.autoscaling import Load, counted
 from gym_serve.calls.batching import stream_batch
 from gym_serve.calls.handles import EnvironmentHandle, ModelHandle, model_handle
+from gym_serve.environment.nemo_gym.routes import Routes
 from gym_serve.environment.runner import EnvInfo
 from gym_serve.rollout.checkpoint import PAUSED, RUN, Checkpoint, Paused
 from gym_serve.rollout.loop import AgentConfig, OnTurn, run_episode
+from gym_serve.serving.config import NemoGymAgentArgs
 from gym_serve.wire.responses import row_problems
+
+if TYPE_CHECKING:
+    from gym_serve.environment.nemo_gym.agents import NemoGymAgent
 
 DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": 0}}
 
@@ -44,6 +55,8 @@ class AgentDeployment:
         model: DeploymentHandle | None,
         config: AgentConfig,
         model_app: str | None = None,
+        nemo_gym_agent: NemoGymAgentArgs | None = None,
+        server: str | None = None,
     ) -> None:
         if model is None:
             model = model_handle(model_app)
@@ -52,6 +65,7 @@ class AgentDeployment:
         self.env = EnvironmentHandle(environment)
         self.config = config
         self._env_info: EnvInfo | None = None
+        self.hosted = hosted_agent(nemo_gym_agent, self.model, self.env, server) if nemo_gym_agent else None
         self._stops: dict[str, float] = {}
         self._running: dict[str, set[asyncio.Future[dict[str, Any]]]] = {}
         self.load = Load()
@@ -59,6 +73,8 @@ class AgentDeployment:
     @counted
     async def run(self, row: dict[str, Any], report: OnTurn | None = None) -> dict[str, Any]:
         """One episode: the rollout row of `row` (or, stopped at a turn boundary, `{"_gs_paused": turn}`)."""
+        if self.hosted is not None:
+            return await self.hosted.run({k: v for k, v in row.items() if k != RUN})
         if self._env_info is None:
             self._env_info = await self.env.describe.remote()
         control = row.get(RUN)
@@ -141,3 +157,23 @@ class AgentDeployment:
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         return self.load.stats()
+
+
+def hosted_agent(
+    args: NemoGymAgentArgs, model: ModelHandle, env: EnvironmentHandle, server: str | None
+) -> NemoGymAgent:
+    """One of NeMo Gym's agents in this replica, its `ServerClient` calls routed through this replica's handles:
+    `policy_model` (and the names `args.models` maps) to Model tiers, the hosted server's name to the Environment
+    tier, the agent's own name to itself."""
+    from gym_serve.environment.nemo_gym.agents import NemoGymAgent  # imports NeMo Gym in this replica only
+
+    models = {name: ModelHandle(model_handle(app), affinity=False).responses for name, app in args.models.items()}
+    routes = Routes(models={"policy_model": model.responses, **models})
+    if server is not None:
+
+        async def to_environment(method: str, path: str, body: bytes, cookies: dict[str, str]) -> Any:
+            return await env.http(path, body, cookies)
+
+        routes.apps[server] = to_environment
+    instance = serve.get_replica_context().app_name
+    return NemoGymAgent(args.agent, instance=instance, routes=routes, config=args.config, resources_server=server)

@@ -19,6 +19,7 @@ GymServeError
 ├── StalePolicy          a rollout's oldest token is further behind the policy than allowed   stale_policy
 ├── WeightsError         a weight update was refused; no replica changed its weights
 │   ├── InvalidWeights   the new weights do not fit the served model (names, shapes, values)
+│   ├── NoWeights        the Model tier takes no weights (only vLLM tiers do)
 │   └── VersionNotNewer  the new version is not above the current one
 └── RolloutError         a rollout could not finish, with the kind it names            (its own)
 ```
@@ -43,6 +44,7 @@ __all__ = [
     "GymServeError",
     "InputError",
     "InvalidWeights",
+    "NoWeights",
     "JudgeError",
     "MissingPackageError",
     "ModelError",
@@ -261,6 +263,11 @@ class WeightsError(GymServeError):
 
 class InvalidWeights(WeightsError):
     """Raised when new weights do not fit the served model: unknown or missing tensors, wrong shapes, NaN or inf."""
+
+
+class NoWeights(WeightsError):
+    """Raised when weights are pushed to a Model tier that takes none (replay, synthetic, an OpenAI-compatible
+    endpoint: only the vLLM tiers load weights)."""
 
 
 class VersionNotNewer(WeightsError):

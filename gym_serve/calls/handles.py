@@ -148,6 +148,7 @@ class EnvironmentHandle:
         self._verify = batcher("verify", 2)
         self._snapshot = batcher("snapshot", 0)
         self._restore = batcher("restore", 1)
+        self._http = batcher("http", 2)
 
     async def seed(self, row: dict[str, Any]) -> Any:
         return await self._seed((row,))
@@ -162,10 +163,14 @@ class EnvironmentHandle:
         return await _on_session(state, self._verify((row, response, state)))
 
     async def snapshot(self, state: Any) -> str | None:
-        return await self._snapshot((state,))  # type: ignore[no-any-return]
+        return await self._snapshot((state,))
 
     async def restore(self, snapshot: str, state: Any) -> Any:
         return await self._restore((snapshot, state))
+
+    async def http(self, path: str, body: bytes, cookies: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
+        """A NeMo Gym agent's call to a hosted server; cookies naming the replica of its session pin it there."""
+        return await _on_session(cookies, self._http((path, body, cookies)))
 
 
 async def _on_session(state: Any, call: Awaitable[Any]) -> Any:

@@ -100,6 +100,9 @@ class Checkpoint:
     terminated: bool = False
     segments: list[int] = field(default_factory=lambda: [0])
     """The turn each segment starts at: a segment is what one run made between a pause and a continue."""
+    opening: str | None = None
+    """The environment's reset observation that opened the conversation (a Gymnasium-style environment's), which
+    a resumed episode's requests carry again; turn 1's record carries it."""
 
     def extend(self, record: dict[str, Any]) -> None:
         """Fold in the record of the next turn (`turn` + 1); a record of turn 1 starts the rollout over."""
@@ -109,6 +112,8 @@ class Checkpoint:
         if number != self.turn + 1:
             raise ValueError(f"turn {number} does not follow turn {self.turn}")
         self.turn = number
+        if number == 1:
+            self.opening = record.get("opening")
         self.items.extend(record["items"])
         self.turn_ends.append(len(self.items))
         self.state = record.get("state")
@@ -135,6 +140,7 @@ class Checkpoint:
             "ended": self.ended,
             "terminated": self.terminated,
             "segments": self.segments,
+            "opening": self.opening,
         }
 
     @classmethod
@@ -151,6 +157,7 @@ class Checkpoint:
             ended=bool(data.get("ended")),
             terminated=bool(data.get("terminated")),
             segments=[int(s) for s in data.get("segments") or [0]],
+            opening=data.get("opening"),
         )
 
     def copy(self) -> Checkpoint:
@@ -166,15 +173,17 @@ def digest(value: Any) -> str:
     return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
 
-def _history(items: list[dict[str, Any]], state: Any) -> Iterator[tuple[str, Any]]:
+def _history(items: list[dict[str, Any]], state: Any, opening: Any) -> Iterator[tuple[str, Any]]:
     """(field, value) of everything a partial's digest covers: each model call's tokens, log-probs and versions,
-    the items as a whole, and the state."""
+    the items as a whole, the state, and the reset observation that opened the prompt (where there is one)."""
     for index, item in enumerate(items):
         for name in _HISTORY_FIELDS:
             if name in item:
                 yield f"response.output.{index}.{name}", item[name]
     yield "response.output", items
     yield f"{CHECKPOINT}.state", state
+    if opening is not None:
+        yield f"{CHECKPOINT}.opening", opening
 
 
 def partial_row(row: dict[str, Any], checkpoint: Checkpoint, *, agent: str, policy: str) -> dict[str, Any]:
@@ -192,9 +201,10 @@ def partial_row(row: dict[str, Any], checkpoint: Checkpoint, *, agent: str, poli
         "ended": checkpoint.ended,
         "terminated": checkpoint.terminated,
         "segments": checkpoint.segments,
+        "opening": checkpoint.opening,
         "agent": agent,
         "policy": policy,
-        "digest": {name: digest(value) for name, value in _history(items, checkpoint.state)},
+        "digest": {name: digest(value) for name, value in _history(items, checkpoint.state, checkpoint.opening)},
     }
     partial = {
         **{k: v for k, v in row.items() if k not in PARTIAL_FIELDS},
@@ -228,7 +238,7 @@ def continued(partial: Any, *, line: int, source: str) -> tuple[str, str, dict[s
     if not isinstance(output, list):
         raise refuse("response.output", "missing: a partial carries its items so far")
     recorded: dict[str, Any] = kept["digest"]
-    found = dict(_history(output, kept.get("state")))
+    found = dict(_history(output, kept.get("state"), kept.get("opening")))
     for name in [*recorded, *found]:  # a model call's fields before the items as a whole: the precise message
         if (name in recorded) != (name in found):
             raise refuse(name, "added or removed since the rollout was paused (its digest does not match)")

@@ -6,6 +6,14 @@ Environments with a `user_turn` (games, simulated users) answer the model's
 plain messages: their reply is appended as a user message and the loop goes
 on until they end the episode; their per-step rewards land in `step_rewards`.
 
+A Gymnasium-style environment (`EnvInfo.steps_every_turn`: NeMo Gym's
+`gymnasium_agent` semantics) takes every model turn as a step, function calls
+included: the step's tool outputs and observation follow the turn, and the
+episode ends when the step says `terminated` or `truncated`. Its reset
+observation, when the seeded state carries one (`OPENING_KEY`), opens the
+conversation as a user message (kept in the checkpoint, so a resumed episode
+sends the same prompt).
+
 The episode *terminates* when the model answers without a function call (or
 the environment ends it); it is *truncated* when its response is incomplete
 (it ran out of output tokens or context), when the model answers with reasoning
@@ -42,7 +50,7 @@ from typing import Any, Protocol
 
 from pydantic import AliasChoices, BaseModel, Field
 
-from gym_serve.environment.runner import EnvInfo
+from gym_serve.environment.runner import OPENING_KEY, EnvInfo
 from gym_serve.errors import (
     EnvError,
     FailureKind,
@@ -129,11 +137,13 @@ async def run_episode(
         progress = Checkpoint()
         if env_info.has_seed:
             progress.state = await _call("environment `seed`", env.seed(row), EnvError, config)
+            progress.opening = _opening(progress.state)
     elif progress.sandbox is not None and env_info.snapshots:
         restored = env.restore(progress.sandbox, progress.state)
         progress.state = await _call("environment `restore`", restored, EnvError, config)
 
-    turn = _Turn(row, model, env, env_info, config, session, timings)
+    params = _with_opening(row["responses_create_params"], progress.opening)
+    turn = _Turn(row, params, model, env, env_info, config, session, timings)
     while not progress.ended and progress.turn < config.max_steps:
         if stop is not None and stop():
             raise Paused(progress.turn)
@@ -159,6 +169,7 @@ async def run_episode(
         extra["resumed_at_turn"] = resumed_at
     return {
         **row,
+        "responses_create_params": params,
         "response": episode,
         "mask_sample": False,
         **verdict,
@@ -175,6 +186,7 @@ class _Turn:
     def __init__(
         self,
         row: dict[str, Any],
+        params: dict[str, Any],
         model: ModelClient,
         env: EnvClient,
         env_info: EnvInfo,
@@ -184,7 +196,6 @@ class _Turn:
     ) -> None:
         self.row, self.model, self.env, self.env_info, self.config = row, model, env, env_info, config
         self.session, self.timings = session, timings
-        params = row["responses_create_params"]
         self.params = params
         self.tools = params.get("tools") or env_info.tools
         self.conversation = input_items(params["input"])
@@ -200,9 +211,21 @@ class _Turn:
         items: list[dict[str, Any]] = list(response.get("output") or [])
         state = progress.state
         record: dict[str, Any] = {"turn": progress.turn + 1, "items": items, "usage": _usage_of(response)}
+        if progress.turn == 0 and progress.opening is not None:
+            record["opening"] = progress.opening
         ended = terminated = False
         calls = [item for item in items if item.get("type") == "function_call"]
-        if response.get("status") == "incomplete":
+        if self.env_info.steps_every_turn:  # the turn is one step, calls and all
+            step_call = env.user_turn(self.row, response, state)
+            step, state = await _call("environment `user_turn`", step_call, EnvError, config)
+            record["step_reward"] = float(step["reward"])
+            if step["terminated"] or step.get("truncated"):
+                ended, terminated = True, bool(step["terminated"])
+            else:
+                items.extend(step.get("tool_outputs") or [])
+                if step.get("message"):
+                    items.append(user_message(step["message"]))
+        elif response.get("status") == "incomplete":
             ended = True
         elif calls and not self.env_info.execute_tool_calls:
             ended = terminated = True  # the calls are the answer: verify them, run nothing
@@ -288,3 +311,17 @@ def _full_usage(usage: dict[str, int]) -> dict[str, Any]:
         "input_tokens_details": {"cached_tokens": usage.get("cached_tokens", 0)},
         "output_tokens_details": {"reasoning_tokens": 0},
     }
+
+
+def _opening(state: Any) -> str | None:
+    """The environment's reset observation (`OPENING_KEY` in the seeded state), taken out of the state."""
+    opening = state.pop(OPENING_KEY, None) if isinstance(state, dict) else None
+    return opening if isinstance(opening, str) and opening else None
+
+
+def _with_opening(params: dict[str, Any], opening: str | None) -> dict[str, Any]:
+    """The request with the environment's reset observation as a last user message, as NeMo Gym's
+    gymnasium_agent sends it; the request itself where there is none."""
+    if opening is None:
+        return params
+    return {**params, "input": [*input_items(params["input"]), user_message(opening)]}
