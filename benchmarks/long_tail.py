@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import REPO, ZERO_CPU, deploy, pyplot, start, table, write_result
+from harness import REPO, deploy, heavy_tailed_app, pyplot, start, table, write_result
 
 ROWS = REPO / "envs" / "example_multi_step" / "data" / "example.jsonl"
 APP = "long_tail"
@@ -52,22 +52,14 @@ def policies(args: argparse.Namespace) -> dict[str, dict[str, Any] | None]:
 
 
 def app(args: argparse.Namespace) -> dict[str, Any]:
-    lengths = {"distribution": "pareto", "min_tokens": args.min_tokens, "alpha": args.alpha}
-    return {
-        "name": APP,
-        "import_path": "gym_serve.deployments.app:build_app",
-        "args": {
-            "environment": {"name": "example_multi_step", "deployment": ZERO_CPU},
-            "agent": {"deployment": ZERO_CPU},
-            "model": {
-                "kind": "synthetic",
-                "error_rate": 0.5,
-                "lengths": {**lengths, "max_tokens": args.max_tokens},
-                "seconds_per_token": args.seconds_per_token,
-                "deployment": ZERO_CPU,
-            },
-        },
-    }
+    return heavy_tailed_app(
+        APP,
+        min_tokens=args.min_tokens,
+        alpha=args.alpha,
+        max_tokens=args.max_tokens,
+        seconds_per_token=args.seconds_per_token,
+        error_rate=0.5,
+    )
 
 
 async def generated_tokens() -> int:
