@@ -18,7 +18,7 @@ import pytest
 from gym_serve.collect.driver import Collection
 from gym_serve.collect.job import CollectJob, journal_path
 from gym_serve.collect.journal import load_journal
-from gym_serve.environment.runner import EnvRunner
+from gym_serve.environment.runner import OPENING_KEY, EnvInfo, EnvRunner
 from gym_serve.rollout.checkpoint import RUN, Checkpoint, PartialRefused, Paused, continued, partial_row
 from gym_serve.rollout.loop import AgentConfig, run_episode
 from gym_serve.wire.tokens import check_contiguity
@@ -258,3 +258,60 @@ async def test_a_partial_goes_on_only_as_it_was_paused() -> None:
     assert altered(lambda p: p.pop("_gs_checkpoint")) == "_gs_checkpoint"
     assert altered(lambda p: p.update(partial=False)) == "partial"
     assert Count.model_validate(restored.state).count == 2, "two turns, two bumps"
+
+
+class SteppedEnv:
+    """A Gymnasium-style environment (unit-test stand-in): every turn is a step, the reset observation opens the
+    prompt, the third step terminates."""
+
+    info = EnvInfo(
+        name="stepped", tools=[], has_seed=True, has_user_turn=True, steps_every_turn=True, replay_safe_tools=True
+    )
+
+    async def seed(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {OPENING_KEY: "observation 0", "steps": 0}
+
+    async def user_turn(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> tuple[Any, Any]:
+        steps = state["steps"] + 1
+        return {"reward": 0.5, "terminated": steps == 3, "message": f"observation {steps}"}, {"steps": steps}
+
+    async def verify(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> dict[str, Any]:
+        return {"reward": float(state["steps"])}
+
+
+class EchoModel:
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+
+    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+        self.requests.append(request)
+        text = {"type": "output_text", "text": f"move {len(request['input'])}"}
+        return {"status": "completed", "output": [{"type": "message", "role": "assistant", "content": [text]}]}
+
+
+async def test_a_gymnasium_episode_resumed_mid_way_sends_its_opening_observation_again() -> None:
+    row = counter_row(0)
+
+    async def run(model: EchoModel, **options: Any) -> dict[str, Any]:
+        env: Any = SteppedEnv()
+        return await run_episode(row, model=model, env=env, env_info=env.info, config=AgentConfig(), **options)
+
+    records: list[dict[str, Any]] = []
+    first = EchoModel()
+    whole = await run(first, on_turn=records.append)
+    assert whole["step_rewards"] == [0.5, 0.5, 0.5] and whole["reward"] == 3.0 and whole["terminated"]
+    assert whole["responses_create_params"]["input"][-1]["content"] == "observation 0"
+    checkpoint = Checkpoint()
+    checkpoint.extend(json.loads(json.dumps(records[0])))  # as it crosses the wire
+    assert checkpoint.opening == "observation 0"
+    again = EchoModel()
+    resumed = await run(again, resume=checkpoint)
+    assert again.requests == first.requests[1:], "the same prompts, the opening observation in each"
+    assert {k: v for k, v in resumed.items() if k != "_gs_timings"} == {
+        **{k: v for k, v in whole.items() if k != "_gs_timings"},
+        "resumed_at_turn": 1,
+    }
+    kept = partial_row(row, checkpoint, agent="stepped", policy="policy")
+    kept["_gs_checkpoint"]["opening"] = "another observation"
+    with pytest.raises(PartialRefused, match="_gs_checkpoint.opening"):
+        continued(kept, line=1, source="partials")
