@@ -85,6 +85,16 @@ class EnvironmentDeployment:
     async def verify(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> dict[str, Any]:
         return await self.runner.verify(row, response, state)
 
+    @counted
+    async def snapshot(self, state: Any) -> str | None:
+        assert isinstance(self.runner, EnvRunner), "a hosted server takes no snapshots (`describe().snapshots`)"
+        return await self.runner.snapshot(state)
+
+    @counted
+    async def restore(self, snapshot: str, state: Any) -> Any:
+        assert isinstance(self.runner, EnvRunner), "a hosted server takes no snapshots (`describe().snapshots`)"
+        return await self.runner.restore(snapshot, state)
+
     async def describe(self) -> EnvInfo:
         return self.runner.describe()
 
@@ -114,7 +124,7 @@ class EnvironmentDeployment:
         return self.load.stats()
 
 
-_METHODS = ("seed", "call_tools", "user_turn", "verify", "http")
+_METHODS = ("seed", "call_tools", "user_turn", "verify", "snapshot", "restore", "http")
 
 
 def model_routes(models: dict[str, str], policy_app: str) -> Routes:

@@ -111,6 +111,12 @@ def _parser() -> argparse.ArgumentParser:
         help="continue an interrupted collection from its files (finished rollouts are not rerun)",
     )
     collect.add_argument(
+        "--no-turn-checkpoints",
+        dest="turn_checkpoints",
+        action="store_false",
+        help="do not journal each rollout's completed turns: a retry or --resume reruns a rollout from its start",
+    )
+    collect.add_argument(
         "--ordered", action="store_true", help="also write <output>_ordered.jsonl in (task, rollout) order"
     )
     collect.add_argument(
@@ -326,6 +332,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
             flag_stale=args.flag_stale,
             trace=args.trace,
             trace_sample=args.trace_sample,
+            turn_checkpoints=args.turn_checkpoints,
         )
     except ValidationError as e:  # before anything starts: the arguments do not fit this config
         raise ConfigError(str(e.errors()[0]["msg"]).removeprefix("Value error, "), source=args.config) from None
@@ -729,6 +736,13 @@ def _format_summary(s: CollectSummary) -> str:
         f"time in calls    {parts}",
         f"mean reward      {reward}",
     ]
+    if s.rollouts_resumed_mid_way:
+        lines.append(
+            f"resumed mid-way  {s.rollouts_resumed_mid_way} rollout(s) went on from their last completed turn "
+            f"({s.turns_restored} turn(s) not run again)"
+        )
+    if s.journal_skipped:
+        lines.append(f"journal          skipped what a crash broke: {'; '.join(s.journal_skipped)}")
     if s.ordered_path:
         lines.append(f"ordered copy     {s.ordered_path}")
     return "\n".join(lines)

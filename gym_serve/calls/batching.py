@@ -29,6 +29,10 @@ the call's routing key, each turn's calls are grouped by key, and each group is
 sent as `send(items, key)`, so the request carries its calls' key (calls without
 a key are split by `parts` and sent with the key None).
 
+A streaming call may also report progress before its result (`stream_batch(..., reports=True)` gives each
+call a `report` function; the Agent reports each rollout's completed turns): a `Progress` value on the stream
+goes to that call's `on_progress`, not to its result.
+
 When every caller of a batch has given up (cancelled: a client went away, a
 deadline passed), the batch's request is cancelled too, so the replica stops
 the work (`stream_batch` cancels its calls, which cancels their own handle
@@ -46,14 +50,38 @@ import contextvars
 import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from gym_serve.calls import tracing
 
-__all__ = ["BatchedResponses", "MicroBatcher", "stream_batch"]
+__all__ = ["BatchedResponses", "MicroBatcher", "Progress", "stream_batch"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class Progress:
+    """A report a streaming call sends before its result (see the module docstring)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+OnProgress = Callable[[Any], None]
+
+
+@dataclass
+class _Group(Generic[T, R]):
+    """The calls of one flush that go in one request (one routing key): each call's item, future, listener and
+    trace context."""
+
+    items: list[T] = field(default_factory=list)
+    futures: list[asyncio.Future[R]] = field(default_factory=list)
+    listeners: list[OnProgress | None] = field(default_factory=list)
+    carriers: list[tracing.Carrier | None] = field(default_factory=list)
 
 
 class MicroBatcher(Generic[T, R]):
@@ -83,15 +111,18 @@ class MicroBatcher(Generic[T, R]):
         self.latency_s = 0.0  # moving average of a call's time from send to result
         self._items: list[T] = []
         self._futures: list[asyncio.Future[R]] = []
+        self._listeners: list[OnProgress | None] = []
         self._carriers: list[tracing.Carrier | None] = []
         self._timer: asyncio.Handle | None = None
         self._sending: set[asyncio.Task[None]] = set()
 
-    async def __call__(self, item: T) -> R:
+    async def __call__(self, item: T, on_progress: OnProgress | None = None) -> R:
+        """The item's result; `on_progress` hears the `Progress` values its call reports before it."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
         self._items.append(item)
         self._futures.append(future)
+        self._listeners.append(on_progress)
         self._carriers.append(tracing.carrier())
         if len(self._items) >= self._max_size:
             self._flush()
@@ -105,23 +136,28 @@ class MicroBatcher(Generic[T, R]):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        items, futures, carriers = self._items, self._futures, self._carriers
-        self._items, self._futures, self._carriers = [], [], []
-        groups: dict[str | None, tuple[list[T], list[asyncio.Future[R]], list[tracing.Carrier | None]]] = {}
-        for item, future, found in zip(items, futures, carriers, strict=True):
-            group = groups.setdefault(self._route(item) if self._route else None, ([], [], []))
-            group[0].append(item)
-            group[1].append(future)
-            group[2].append(found)
-        for key, (keyed_items, keyed_futures, keyed_carriers) in groups.items():
-            parts = min(self._parts(), len(keyed_items)) if self._parts and key is None else 1
+        items, futures, listeners, carriers = self._items, self._futures, self._listeners, self._carriers
+        self._items, self._futures, self._listeners, self._carriers = [], [], [], []
+        groups: dict[str | None, _Group[T, R]] = {}
+        for item, future, listener, found in zip(items, futures, listeners, carriers, strict=True):
+            group = groups.setdefault(self._route(item) if self._route else None, _Group())
+            group.items.append(item)
+            group.futures.append(future)
+            group.listeners.append(listener)
+            group.carriers.append(found)
+        for key, group in groups.items():
+            parts = min(self._parts(), len(group.items)) if self._parts and key is None else 1
             for part in range(parts):  # calls part, part + parts, ...: each request gets a share
-                self._start(keyed_items[part::parts], keyed_futures[part::parts], key, keyed_carriers[part::parts])
+                share = slice(part, None, parts)
+                self._start(
+                    group.items[share], group.futures[share], group.listeners[share], key, group.carriers[share]
+                )
 
     def _start(
         self,
         items: list[T],
         futures: list[asyncio.Future[R]],
+        listeners: list[OnProgress | None],
         key: str | None = None,
         carriers: list[tracing.Carrier | None] | None = None,
     ) -> None:
@@ -131,7 +167,8 @@ class MicroBatcher(Generic[T, R]):
             # call started the flush (see also `SessionRouter._fulfill_next_pending_request`).
             context = contextvars.Context()
             traces = carriers if carriers and any(carriers) else None
-            task = asyncio.get_running_loop().create_task(self._deliver(items, futures, key, traces), context=context)
+            delivery = self._deliver(items, futures, listeners, key, traces)
+            task = asyncio.get_running_loop().create_task(delivery, context=context)
             self._sending.add(task)  # keep a reference until it is done
             task.add_done_callback(self._sending.discard)
             abandon = functools.partial(_abandon_if_unwanted, task, futures)
@@ -142,6 +179,7 @@ class MicroBatcher(Generic[T, R]):
         self,
         items: list[T],
         futures: list[asyncio.Future[R]],
+        listeners: list[OnProgress | None],
         key: str | None,
         traces: list[tracing.Carrier | None] | None = None,
     ) -> None:
@@ -155,7 +193,12 @@ class MicroBatcher(Generic[T, R]):
                 async for chunk in reply:
                     self._observe(time.perf_counter() - started)
                     for index, result in chunk:
-                        _settle(futures[index], result)
+                        if isinstance(result, Progress):
+                            listener = listeners[index]
+                            if listener is not None and not futures[index].done():
+                                listener(result.value)
+                        else:
+                            _settle(futures[index], result)
                 missing = RuntimeError("the batch's stream ended before this call's result")
                 for future in futures:
                     _settle(future, missing)
@@ -205,36 +248,51 @@ async def stream_batch(
     fn: Callable[..., Awaitable[Any]],
     calls: list[tuple[Any, ...]],
     traces: list[tracing.Carrier | None] | None = None,
+    *,
+    reports: bool = False,
 ) -> AsyncIterator[list[tuple[int, Any]]]:
     """Run `fn(*args)` for every call concurrently; yield `(index, result or exception)` pairs as calls finish.
 
     The calls that finish together are yielded together (each yield is a message
-    on the stream, and costs about as much as a small request). With `traces`
-    (the callers' trace contexts, `MicroBatcher`), a traced call runs in a span
-    named for this replica's tier and `fn`.
+    on the stream, and costs about as much as a small request). With `reports`,
+    each call is `fn(*args, report=...)`, and what it reports goes out as
+    `(index, Progress(value))` pairs, ahead of its result. With `traces` (the
+    callers' trace contexts, `MicroBatcher`), a traced call runs in a span named
+    for this replica's tier and `fn`.
     """
-    if traces is None:
-        tasks = {asyncio.ensure_future(fn(*args)): i for i, args in enumerate(calls)}
-    else:
-        tasks = {
-            asyncio.ensure_future(_traced(fn, args, found, len(calls))): i
-            for i, (args, found) in enumerate(zip(calls, traces, strict=True))
-        }
-    pending = set(tasks)
+    ready: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+
+    def reporter(index: int) -> Callable[[Any], None]:
+        return lambda value: ready.put_nowait((index, Progress(value)))
+
+    def finished(index: int, task: asyncio.Future[Any]) -> None:
+        ready.put_nowait((index, asyncio.CancelledError() if task.cancelled() else task.exception() or task.result()))
+
+    tasks = []
+    for index, args in enumerate(calls):
+        call = functools.partial(fn, report=reporter(index)) if reports else fn
+        found = traces[index] if traces is not None else None
+        name = getattr(fn, "__name__", "call")
+        task = asyncio.ensure_future(_traced(call, name, args, found, len(calls)) if found else call(*args))
+        task.add_done_callback(functools.partial(finished, index))
+        tasks.append(task)
+    left = len(tasks)
     try:
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            yield [(tasks[task], task.exception() or task.result()) for task in done]
+        while left:
+            chunk = [await ready.get()]
+            while not ready.empty():
+                chunk.append(ready.get_nowait())
+            left -= sum(not isinstance(result, Progress) for _, result in chunk)
+            yield chunk
     finally:
-        for task in pending:
+        for task in tasks:
             task.cancel()
 
 
 async def _traced(
-    fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...], found: tracing.Carrier | None, size: int
+    fn: Callable[..., Awaitable[Any]], name: str, args: tuple[Any, ...], found: tracing.Carrier, size: int
 ) -> Any:
-    """`fn(*args)` in the replica's span of the call (`<tier>.<method>`, with the micro-batch's size)."""
-    name = getattr(fn, "__name__", "call")
+    """`fn(*args)` in the replica's span of the call (`<tier>.<name>`, with the micro-batch's size)."""
     with tracing.served(found, name, {"gym_serve.batch_size": size}) as current:
         result = await fn(*args)
         tracing.result_attributes(current, result)

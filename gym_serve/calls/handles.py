@@ -56,16 +56,19 @@ def agent_batcher(agent: str) -> MicroBatcher[dict[str, Any], dict[str, Any]]:
 
 
 class AgentBatchers:
-    """`await agents(name, row)`: the rollout of `row` on the agent application `name`, micro-batched per agent."""
+    """`await agents(name, row)`: the rollout of `row` on the agent application `name`, micro-batched per agent;
+    `on_turn` hears the record of each turn the rollout completes (what the Agent reports ahead of the row)."""
 
     def __init__(self) -> None:
         self._batchers: dict[str, MicroBatcher[dict[str, Any], dict[str, Any]]] = {}
 
-    async def __call__(self, agent: str, row: dict[str, Any]) -> dict[str, Any]:
+    async def __call__(
+        self, agent: str, row: dict[str, Any], on_turn: Callable[[dict[str, Any]], None] | None = None
+    ) -> dict[str, Any]:
         batcher = self._batchers.get(agent)
         if batcher is None:
             batcher = self._batchers[agent] = agent_batcher(agent)
-        return await batcher(row)
+        return await batcher(row, on_turn)
 
 
 def _replicas_of(handle: DeploymentHandle) -> Callable[[], int]:
@@ -153,6 +156,8 @@ class EnvironmentHandle:
         self._call_tools = batcher("call_tools", 1)
         self._user_turn = batcher("user_turn", 2)
         self._verify = batcher("verify", 2)
+        self._snapshot = batcher("snapshot", 0)
+        self._restore = batcher("restore", 1)
         self._http = batcher("http", 2)
 
     async def seed(self, row: dict[str, Any]) -> Any:
@@ -173,6 +178,12 @@ class EnvironmentHandle:
             verdict = await _on_session(state, self._verify((row, response, state)))
             tracing.result_attributes(current, verdict)
             return verdict
+
+    async def snapshot(self, state: Any) -> str | None:
+        return await self._snapshot((state,))
+
+    async def restore(self, snapshot: str, state: Any) -> Any:
+        return await self._restore((snapshot, state))
 
     async def http(self, path: str, body: bytes, cookies: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
         """A NeMo Gym agent's call to a hosted server; cookies naming the replica of its session pin it there."""
