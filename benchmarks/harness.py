@@ -88,6 +88,30 @@ def weather_app(
     }
 
 
+def heavy_tailed_app(
+    name: str, *, min_tokens: int, alpha: float, max_tokens: int, seconds_per_token: float, error_rate: float = 0.0
+) -> dict[str, Any]:
+    """`example_multi_step` (3 to 5 model turns) on the synthetic model, its response lengths Pareto-distributed
+    (shape `alpha` above `min_tokens`, capped at `max_tokens`), as a Serve config entry."""
+    lengths = {"distribution": "pareto", "min_tokens": min_tokens, "alpha": alpha, "max_tokens": max_tokens}
+    return {
+        "name": name,
+        "route_prefix": None,
+        "import_path": "gym_serve.deployments.app:build_app",
+        "args": {
+            "environment": {"name": "example_multi_step", "deployment": ZERO_CPU},
+            "agent": {"deployment": ZERO_CPU},
+            "model": {
+                "kind": "synthetic",
+                "error_rate": error_rate,
+                "lengths": lengths,
+                "seconds_per_token": seconds_per_token,
+                "deployment": ZERO_CPU,
+            },
+        },
+    }
+
+
 def replicas(app: str) -> dict[str, int]:
     """RUNNING replicas per deployment of an application."""
     deployments = serve.status().applications[app].deployments

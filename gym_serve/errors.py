@@ -110,6 +110,8 @@ class FailureKind(StrEnum):
     """The replay model has no recording of the conversation: nothing the policy did, so nothing to score."""
     STALE_POLICY = "stale_policy"
     """The rollout's oldest token came from a policy version more than `max_policy_lag` behind the current one."""
+    STRAGGLER = "straggler"
+    """The rollout's group finished without it (a long-tail policy cut it): masked, never scored."""
 
 
 class GymServeError(Exception):
