@@ -48,7 +48,7 @@ from gym_serve.errors import (
 from gym_serve.wire.pieces import input_items, user_message
 from gym_serve.wire.tokens import policy_version_range
 
-__all__ = ["AgentConfig", "EnvClient", "ModelClient", "run_episode"]
+__all__ = ["AgentConfig", "EnvClient", "ModelClient", "call_tier", "run_episode", "session_id"]
 
 _USAGE_KEYS = ("input_tokens", "output_tokens", "total_tokens")
 
@@ -219,3 +219,9 @@ def _full_usage(usage: dict[str, int]) -> dict[str, Any]:
         "input_tokens_details": {"cached_tokens": usage["cached_tokens"]},
         "output_tokens_details": {"reasoning_tokens": 0},
     }
+
+
+call_tier = _call
+"""A call to another tier within the call deadline, its failure the rollout's (the harness episode's too)."""
+session_id = _session_id
+"""A rollout's session id (`task:rollout`): what keeps its model calls on one replica."""

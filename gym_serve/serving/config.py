@@ -45,6 +45,7 @@ from gym_serve.environment import nemo_gym
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.errors import ConfigError, EnvError
 from gym_serve.models.synthetic import Latency
+from gym_serve.rollout.harness_config import HarnessConfig
 from gym_serve.rollout.loop import AgentConfig
 from gym_serve.wire.pieces import field_path
 
@@ -57,6 +58,7 @@ __all__ = [
     "AppSpec",
     "DeploymentOptions",
     "EnvironmentArgs",
+    "HarnessAgentArgs",
     "ModelArgs",
     "ModelRefArgs",
     "HTTPModelArgs",
@@ -76,6 +78,8 @@ BUILDER = "gym_serve.deployments.app:build_app"
 
 TIERS = {"Agent": "agent", "Environment": "environment", "Model": "model"}
 """Deployment name → the key of its args in `AppArgs`."""
+_OPTIONS = {**{name: (key, "deployment") for name, key in TIERS.items()}, "Gateway": ("agent", "gateway_deployment")}
+"""Deployment name → where its Serve options go in `AppArgs` (a harness agent's Gateway: under `agent`)."""
 
 
 class DeploymentOptions(BaseModel):
@@ -174,9 +178,35 @@ EnvironmentSpec = Annotated[
 
 
 class AgentArgs(AgentConfig):
+    """The tool-loop agent (`gym_serve.rollout.loop`): the default."""
+
     model_config = ConfigDict(extra="forbid")
 
+    kind: Literal["loop"] = "loop"
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+
+
+class HarnessAgentArgs(HarnessConfig):
+    """An agent that brings its own loop (`gym_serve.rollout.harness`), and the Gateway tier its sessions use."""
+
+    tier_call_timeout_s: float = Field(default=300.0, gt=0, description="Deadline of each Agent call to a tier.")
+    model_affinity: bool = Field(default=True, description="A rollout's model calls stick to one model replica.")
+    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+    gateway_deployment: DeploymentOptions = Field(
+        default_factory=DeploymentOptions, description="Serve options of the Gateway tier (replicas, autoscaling)."
+    )
+
+
+def _agent_kind(value: Any) -> str:
+    kind = value.get("kind", "loop") if isinstance(value, dict) else getattr(value, "kind", "loop")
+    return str(kind)
+
+
+AgentSpec = Annotated[
+    Annotated[AgentArgs, Tag("loop")] | Annotated[HarnessAgentArgs, Tag("harness")],
+    Discriminator(_agent_kind),
+]
+"""`agent:` in an application's args: gym-serve's tool loop (the default) or a harness agent."""
 
 
 class ReplayModelArgs(BaseModel):
@@ -344,7 +374,7 @@ class AppArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     environment: EnvironmentSpec | None = None
-    agent: AgentArgs = Field(default_factory=AgentArgs)
+    agent: AgentSpec = Field(default_factory=AgentArgs)
     model: ModelArgs = Field(default_factory=ReplayModelArgs)
 
 
@@ -381,14 +411,14 @@ class AppSpec(BaseModel):
         for override in self.deployments:
             override = dict(override)
             dep_name = override.pop("name", None)
-            tier = TIERS.get(dep_name)
-            if tier is None:
+            if dep_name not in _OPTIONS:
                 raise ConfigError(
-                    f"unknown deployment `{dep_name}`; this application has {', '.join(TIERS)}",
+                    f"unknown deployment `{dep_name}`; this application has {', '.join(_OPTIONS)}",
                     source=source,
                     key=f"applications[{self.name}].deployments",
                 )
-            args.setdefault(tier, {}).setdefault("deployment", {}).update(override)
+            tier, options = _OPTIONS[dep_name]
+            args.setdefault(tier, {}).setdefault(options, {}).update(override)
         return validate_app_args(args, source=source, app=self.name)
 
 
