@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gym_serve.wire.gateway import public_items
+from gym_serve.wire.hermes import structured_output
 from gym_serve.wire.pieces import input_items
 from gym_serve.wire.tokens import SEGMENT, segment_sequence, token_calls
 from gym_serve.wire.turns import content_text
@@ -93,6 +94,8 @@ class Call:
     new_items: int
     """Items this call added to its segment's conversation (all of them, for a segment's first call)."""
     status: str = "completed"
+    constraint: dict[str, Any] | None = None
+    """The structured-output constraint the call was sampled under (a forced tool call's regex, a JSON schema)."""
     prompt_tokens: int = 0
     generated_tokens: int = 0
     cached_tokens: int = 0
@@ -198,6 +201,7 @@ class Capture:
             stream=stream,
             new_items=len(added) if segment.calls else len(sent),
             status=str(response.get("status") or "completed"),
+            constraint=structured_output(prepared.request),
             latency_s=round(latency_s, 4),
             **_token_counts(reply, response),
         )

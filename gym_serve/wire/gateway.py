@@ -6,7 +6,8 @@ the tier's answer goes back in the harness's API (`api_response`; streamed, `gym
 
 What the tier cannot honour is refused with a `Refused` naming the field, never silently dropped: several
 choices (`n > 1`), tools that are not functions (built-in or server tools), content other than text,
-stored-conversation features (`previous_response_id`, `conversation`). Token ids never cross this boundary:
+stored-conversation features (`previous_response_id`, `conversation`), output formats other than text and
+JSON (a JSON schema is structured outputs: the tier constrains its sampling to it). Token ids never cross this boundary:
 the answer's items lose their token bundles (`public_items`), and any a harness sends back are dropped, so a
 harness can neither read nor forge what the gateway records server-side.
 """
@@ -33,6 +34,8 @@ PRIVATE_KEYS = frozenset({*TOKEN_FIELDS, POLICY_VERSION, POLICY_VERSION_SPANS, "
 _CHAT_ROLES = {"system", "developer", "user", "assistant", "tool"}
 _ITEM_TYPES = {"message", "function_call", "function_call_output", "reasoning"}
 _TEXT_PARTS = {"text", "input_text", "output_text", "summary_text"}
+_FORMATS = ("text", "json_schema", "json_object")
+"""Output formats the tier honours (`gym_serve.wire.hermes.structured_output`)."""
 
 
 def tier_request(api: API, body: dict[str, Any]) -> dict[str, Any]:
@@ -52,9 +55,9 @@ def _chat(body: dict[str, Any]) -> dict[str, Any]:
         raise Refused("n", f"this gateway samples one choice per call; `n` must be 1, got {body['n']!r}")
     if body.get("functions") is not None or body.get("function_call") is not None:
         raise Refused("functions", "legacy `functions` are not supported; declare `tools` of type `function`")
-    format_type = (body.get("response_format") or {}).get("type", "text")
-    if format_type != "text":
-        raise Refused("response_format", f"`{format_type}` output is not supported by this model tier")
+    wanted = body.get("response_format") or {"type": "text"}
+    if wanted.get("type") not in _FORMATS:
+        raise Refused("response_format.type", f"expected one of {', '.join(_FORMATS)}, got {wanted.get('type')!r}")
     clean = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in _CHAT_ROLES:
@@ -66,6 +69,8 @@ def _chat(body: dict[str, Any]) -> dict[str, Any]:
         if tool.get("type") != "function" or not isinstance(function, dict) or not function.get("name"):
             raise Refused(f"tools.{i}", "a tool is `{type: function, function: {name, parameters}}`")
     request = chat_request_to_responses({**body, "messages": clean})
+    if wanted["type"] != "text":  # Chat's structured outputs, as the Responses API says them
+        request["text"] = {"format": {"type": wanted["type"], **(wanted.get("json_schema") or {})}}
     choice = body.get("tool_choice")
     if isinstance(choice, dict):  # Chat names the function one level down
         request["tool_choice"] = {"type": "function", "name": (choice.get("function") or {}).get("name")}
@@ -88,6 +93,9 @@ def _responses(body: dict[str, Any]) -> dict[str, Any]:
             raise Refused(f"input.{i}.type", f"items of type `{kind}` are not supported by this model tier")
         _text_only(item.get("content"), f"input.{i}.content")
         items.append({k: v for k, v in item.items() if k not in PRIVATE_KEYS})
+    wanted = ((body.get("text") or {}).get("format") or {}).get("type", "text")
+    if wanted not in _FORMATS:
+        raise Refused("text.format.type", f"expected one of {', '.join(_FORMATS)}, got {wanted!r}")
     for i, tool in enumerate(body.get("tools") or []):
         if not isinstance(tool, dict) or tool.get("type") != "function" or not tool.get("name"):
             kind = tool.get("type") if isinstance(tool, dict) else None
