@@ -7,9 +7,9 @@ the tier's answer goes back in the harness's API (`api_response`; streamed, `gym
 What the tier cannot honour is refused with a `Refused` naming the field, never silently dropped: several
 choices (`n > 1`), tools that are not functions (built-in or server tools), content other than text,
 stored-conversation features (`previous_response_id`, `conversation`), output formats other than text and
-JSON (a JSON schema is structured outputs: the tier constrains its sampling to it). Token ids never cross this boundary:
-the answer's items lose their token bundles (`public_items`), and any a harness sends back are dropped, so a
-harness can neither read nor forge what the gateway records server-side.
+JSON (a JSON schema is structured outputs: the tier constrains its sampling to it). Token ids never cross
+this boundary: the answer's items lose their token bundles (`public_items`), and any a harness sends back
+are dropped, so a harness can neither read nor forge what the gateway records server-side.
 """
 
 from __future__ import annotations
