@@ -43,6 +43,11 @@ class SamplingBounds(BaseModel):
         description="The first N calls of a session that offer tools must call one (structured outputs): for "
         "smoke runs and tests on a model that cannot act yet. 0: the model is free.",
     )
+    answer_regex: str | None = Field(
+        default=None,
+        description="Every other call's text must match this regex (structured outputs), unless the harness asks "
+        "for JSON: a short answer an untrained model ends, for smoke runs and tests. None: the model is free.",
+    )
 
 
 def bounded_request(
@@ -68,6 +73,8 @@ def bounded_request(
             out[key] = own
     if out.get("tools") and call_number <= bounds.force_tool_calls:
         out["tool_choice"] = "required"
+    elif bounds.answer_regex is not None and not (out.get("text") or {}).get("format"):
+        out["structured_outputs"] = {"regex": bounds.answer_regex}
     return out
 
 

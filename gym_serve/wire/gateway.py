@@ -34,6 +34,11 @@ PRIVATE_KEYS = frozenset({*TOKEN_FIELDS, POLICY_VERSION, POLICY_VERSION_SPANS, "
 _CHAT_ROLES = {"system", "developer", "user", "assistant", "tool"}
 _ITEM_TYPES = {"message", "function_call", "function_call_output", "reasoning"}
 _TEXT_PARTS = {"text", "input_text", "output_text", "summary_text"}
+_RESPONSES_FIELDS = (
+    "model", "instructions", "tools", "tool_choice", "parallel_tool_calls", "temperature", "top_p",
+    "max_output_tokens", "text", "reasoning", "metadata",
+)  # fmt: skip
+"""What the tier gets of a Responses request (the rest is the API's bookkeeping, or what this tier refuses)."""
 _FORMATS = ("text", "json_schema", "json_object")
 """Output formats the tier honours (`gym_serve.wire.hermes.structured_output`)."""
 
@@ -102,7 +107,7 @@ def _responses(body: dict[str, Any]) -> dict[str, Any]:
             raise Refused(
                 f"tools.{i}.type", f"only `function` tools are served (this model tier runs no `{kind}` tool)"
             )
-    return {**{k: v for k, v in body.items() if k not in ("stream", "stream_options", "store")}, "input": items}
+    return {**{k: body[k] for k in _RESPONSES_FIELDS if body.get(k) is not None}, "input": items}
 
 
 def _text_only(content: Any, where: str) -> None:

@@ -109,7 +109,9 @@ def forced_tool_call_regex(request: dict[str, Any]) -> str | None:
 def structured_output(request: dict[str, Any]) -> dict[str, Any] | None:
     """The constraint a request puts on the model's text, as a model server's structured outputs take it.
 
-    `{"regex": ...}` for a forced tool call (`forced_tool_call_regex`), else `{"json": schema}` for the
+    `{"regex": ...}` for a forced tool call (`forced_tool_call_regex`), else the request's own
+    `structured_outputs` (`{"regex": ...}` or `{"json": schema}`: what a harness's gateway session sets for
+    a model that cannot answer yet, `gym_serve.rollout.harness_config`), else `{"json": schema}` for the
     Responses API's `text.format` of type `json_schema` (`json_object`: any object), else None.
 
     >>> structured_output({"text": {"format": {"type": "json_schema", "schema": {"type": "object"}}}})
@@ -120,6 +122,9 @@ def structured_output(request: dict[str, Any]) -> dict[str, Any] | None:
     regex = forced_tool_call_regex(request)
     if regex is not None:
         return {"regex": regex}
+    given = request.get("structured_outputs")
+    if isinstance(given, dict) and given:
+        return dict(given)
     text = request.get("text")
     wanted = text.get("format") if isinstance(text, dict) else None
     if isinstance(wanted, dict) and wanted.get("type") == "json_schema" and isinstance(wanted.get("schema"), dict):
