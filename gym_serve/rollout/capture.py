@@ -32,7 +32,7 @@ from gym_serve.wire.pieces import input_items
 from gym_serve.wire.tokens import SEGMENT, segment_sequence, token_calls
 from gym_serve.wire.turns import content_text
 
-__all__ = ["Call", "Capture", "Prepared", "Segment", "canonical"]
+__all__ = ["Call", "Capture", "Prepared", "Segment", "calls_of", "canonical"]
 
 
 def canonical(item: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -250,3 +250,19 @@ def _token_counts(reply: list[dict[str, Any]], response: dict[str, Any]) -> dict
         prompt, generated = int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
     cached = int((usage.get("input_tokens_details") or {}).get("cached_tokens") or 0)
     return {"prompt_tokens": prompt, "generated_tokens": generated, "cached_tokens": cached}
+
+
+def calls_of(rollout: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """A harness rollout row's calls in call order, each with its token bundle (None from a text-only tier).
+
+    The output holds the bundles segment by segment; each segment's marker lists its calls, in order.
+    """
+    calls = {call["number"]: call for call in (rollout.get("gateway") or {}).get("calls", [])}
+    bundles: dict[int, dict[str, Any]] = {}
+    numbers: list[int] = []
+    for item in (rollout.get("response") or {}).get("output") or []:
+        if item.get("type") == SEGMENT:
+            numbers = list(item.get("calls") or [])
+        elif "generation_token_ids" in item and numbers:
+            bundles[numbers.pop(0)] = item
+    return [(calls[number], bundles.get(number)) for number in sorted(calls)]
