@@ -51,14 +51,20 @@ def build_app(args: AppArgs | dict[str, Any]) -> Application:
             )
         return model
     env_options = args.environment.deployment.serve_options(environment.DEFAULTS, BATCHED_TIER_AUTOSCALING)
+    model_app = args.model.app if isinstance(args.model, ModelRefArgs) else None
     if isinstance(args.environment, NemoGymEnvironmentArgs):  # a rollout's calls go to its session's replica
         env_options.setdefault("request_router_config", session_router_config())
-    env = _bind(environment.EnvironmentDeployment, env_options, args.environment)
-    model_app = args.model.app if isinstance(args.model, ModelRefArgs) else None
+        _with_server_packages(env_options, args.environment)
+        env = _bind(environment.EnvironmentDeployment, env_options, args.environment, model_app)
+    else:
+        env = _bind(environment.EnvironmentDeployment, env_options, args.environment)
     if isinstance(args.agent, HarnessAgentArgs):
         return _harness_agent(args.agent, env, model, model_app)
-    config = AgentConfig.model_validate(args.agent.model_dump(exclude={"deployment", "kind"}))
+    config = AgentConfig.model_validate(args.agent.model_dump(exclude={"deployment", "kind", "nemo_gym"}))
     agent_options = args.agent.deployment.serve_options(agent.DEFAULTS, BATCHED_TIER_AUTOSCALING)
+    if args.agent.nemo_gym is not None:  # one of NeMo Gym's agents runs the episodes
+        server = args.environment.server if isinstance(args.environment, NemoGymEnvironmentArgs) else None
+        return _bind(agent.AgentDeployment, agent_options, env, model, config, model_app, args.agent.nemo_gym, server)
     return _bind(agent.AgentDeployment, agent_options, env, model, config, model_app)
 
 
@@ -102,6 +108,20 @@ def _model_tier(args: AppArgs) -> Application | None:
         options = args.model.deployment.serve_options(defaults, BATCHED_TIER_AUTOSCALING)
         return _bind(vllm_model.VLLMModelDeployment, options, args.model)
     return None
+
+
+def _with_server_packages(options: dict[str, Any], environment: NemoGymEnvironmentArgs) -> None:
+    """A hosted server installed per deployment (`dependencies: pip|uv`): its replicas' `runtime_env`, which Ray
+    builds from the server's requirements.txt and caches (merged into one the config sets)."""
+    if environment.dependencies == "installed":
+        return
+    from gym_serve.environment.nemo_gym.requirements import runtime_env
+
+    packages = runtime_env(environment.server, environment.dependencies)
+    if packages:
+        actor = dict(options.get("ray_actor_options") or {})
+        actor["runtime_env"] = {**(actor.get("runtime_env") or {}), **packages}
+        options["ray_actor_options"] = actor
 
 
 def _where_built(model: HTTPArgs) -> HTTPArgs:

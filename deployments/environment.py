@@ -17,10 +17,14 @@ from ray import serve
 
 from gym_serve.calls.autoscaling import Load, counted
 from gym_serve.calls.batching import stream_batch
+from gym_serve.calls.handles import ModelHandle, model_handle
 from gym_serve.calls.routing import REPLICA_KEY
 from gym_serve.environment import nemo_gym
+from gym_serve.environment.nemo_gym.host import SESSION_COOKIE
+from gym_serve.environment.nemo_gym.routes import Routes
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.environment.runner import EnvInfo, EnvRunner
+from gym_serve.errors import EnvError
 from gym_serve.serving.config import EnvironmentArgs, NemoGymEnvironmentArgs
 
 if TYPE_CHECKING:
@@ -33,20 +37,21 @@ DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 4096, "ray_actor_options": {
 class EnvironmentDeployment:
     """One environment's runner; see the module docstring for where a rollout's state lives."""
 
-    def __init__(self, args: EnvironmentArgs | NemoGymEnvironmentArgs) -> None:
+    def __init__(self, args: EnvironmentArgs | NemoGymEnvironmentArgs, policy_app: str | None = None) -> None:
         self.runner: EnvRunner | NemoGymServer
         if isinstance(args, NemoGymEnvironmentArgs):
-            from gym_serve.environment.nemo_gym.host import NemoGymServer  # imports NeMo Gym in this replica only
+            from gym_serve.environment.nemo_gym.host import hosted_server  # imports NeMo Gym in this replica only
 
             # NeMo Gym runs each server in its own folder, and server configs name files relative to it;
             # this replica process is the server's process.
             os.chdir(nemo_gym.data_dir(args.server).parent)
-            self.runner = NemoGymServer(
+            self.runner = hosted_server(
                 args.server,
                 args.config,
                 verify_timeout_s=args.verify_timeout_s,
                 session_idle_s=args.session_idle_s,
                 endpoints=args.endpoints,
+                routes=model_routes(args.models, policy_app or serve.get_replica_context().app_name),
             )
         else:
             self.runner = EnvRunner(
@@ -82,6 +87,18 @@ class EnvironmentDeployment:
     async def describe(self) -> EnvInfo:
         return self.runner.describe()
 
+    @counted
+    async def http(self, path: str, body: bytes, cookies: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
+        """A NeMo Gym agent's call to the hosted server over its HTTP protocol (`NemoGymServer.http`); a session
+        it starts is stamped with this replica (a cookie), so the agent's later calls of the rollout come here."""
+        runner = self.runner
+        if not hasattr(runner, "http"):
+            raise EnvError(f"environment `{runner.describe().name}` is not a hosted NeMo Gym server: no HTTP protocol")
+        status, answer, set_cookies = await runner.http(path, body, cookies)
+        if SESSION_COOKIE in set_cookies:
+            set_cookies[REPLICA_KEY] = self.replica
+        return status, answer, set_cookies
+
     async def batch(self, method: str, calls: list[tuple[Any, ...]]) -> AsyncIterator[list[tuple[int, Any]]]:
         """Many calls of one method in one streaming request (`gym_serve.calls.batching`): a slow call holds up no
         other."""
@@ -94,4 +111,13 @@ class EnvironmentDeployment:
         return self.load.stats()
 
 
-_METHODS = ("seed", "call_tools", "user_turn", "verify")
+_METHODS = ("seed", "call_tools", "user_turn", "verify", "http")
+
+
+def model_routes(models: dict[str, str], policy_app: str) -> Routes:
+    """NeMo Gym model server names → the Model tiers that answer them, through handles (`policy_model`: the
+    policy's own unless mapped)."""
+    apps = {"policy_model": policy_app, **models}
+    return Routes(
+        models={name: ModelHandle(model_handle(app), affinity=False).responses for name, app in apps.items()}
+    )

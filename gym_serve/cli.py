@@ -280,7 +280,7 @@ def _holds_no_rows(path: str) -> bool:
         return not any(line.strip(b" \t\r\n\xef\xbb\xbf") for line in handle)
 
 
-SHOWN_BAD_ROWS = 3
+SHOWN_BAD_ROWS = 10
 
 
 def _echo_bad_rows(summary: CollectSummary) -> None:

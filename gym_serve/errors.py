@@ -22,6 +22,7 @@ GymServeError
 │   └── HarnessTimeout   a harness agent outlived its deadline (it was killed)         harness_timeout
 ├── WeightsError         a weight update was refused; no replica changed its weights
 │   ├── InvalidWeights   the new weights do not fit the served model (names, shapes, values)
+│   ├── NoWeights        the Model tier takes no weights (only vLLM tiers do)
 │   └── VersionNotNewer  the new version is not above the current one
 └── RolloutError         a rollout could not finish, with the kind it names            (its own)
 ```
@@ -49,6 +50,7 @@ __all__ = [
     "HarnessTimeout",
     "InputError",
     "InvalidWeights",
+    "NoWeights",
     "JudgeError",
     "MissingPackageError",
     "ModelError",
@@ -289,6 +291,11 @@ class WeightsError(GymServeError):
 
 class InvalidWeights(WeightsError):
     """Raised when new weights do not fit the served model: unknown or missing tensors, wrong shapes, NaN or inf."""
+
+
+class NoWeights(WeightsError):
+    """Raised when weights are pushed to a Model tier that takes none (replay, synthetic, an OpenAI-compatible
+    endpoint: only the vLLM tiers load weights)."""
 
 
 class VersionNotNewer(WeightsError):

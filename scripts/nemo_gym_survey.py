@@ -31,12 +31,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def survey_one(server: str) -> dict[str, Any]:
-    """How far `server` gets (run in its own process: `--one SERVER`)."""
-    from gym_serve.analysis.check import recorded_rollouts
+    """How far `server` gets (run in its own process: `--one SERVER`, or a Ray worker with its own packages)."""
+    from gym_serve.analysis.check import recorded_judge_calls, recorded_rollouts
     from gym_serve.environment.nemo_gym import catalog
-    from gym_serve.environment.nemo_gym.host import NemoGymServer
-    from gym_serve.rollout.loop import AgentConfig, run_episode
-    from gym_serve.rollout.replay import ReplayModel
+    from gym_serve.environment.nemo_gym.host import hosted_server
 
     result: dict[str, Any] = {"server": server}
     try:
@@ -45,47 +43,104 @@ def survey_one(server: str) -> dict[str, Any]:
     except Exception as e:
         return {**result, "stage": "dependencies", "error": str(e)}
     try:
-        host = NemoGymServer(server)
-    except Exception as e:  # a package it imports only when it starts is still a missing dependency
-        stage = "dependencies" if "is not installed here" in str(e) else "build"
-        return {**result, "stage": stage, "error": f"{type(e).__name__}: {e}"}
-    try:
         pairs = recorded_rollouts(server)
     except Exception as e:
         return {**result, "stage": "recordings", "error": f"{type(e).__name__}: {e}"}
     if not pairs:
         return {**result, "stage": "recordings", "error": "no data/example_rollouts.jsonl recordings"}
+    models = {"policy_model", *catalog.model_references(catalog.server_config_defaults(server)).values()}
+    judged = sum(bool(recorded_judge_calls(recorded)) for _, recorded in pairs)
+    try:
+        hosted_server(server)  # builds once here, so a server that cannot start says so as such
+    except Exception as e:  # a package it imports only when it starts is still a missing dependency
+        stage = "dependencies" if "is not installed here" in str(e) else "build"
+        return {**result, "stage": stage, "error": f"{type(e).__name__}: {e}"}
 
-    async def replay_all() -> tuple[int, list[str]]:
-        agree, problems = 0, []
+    async def replay_all() -> dict[str, Any]:
+        agree, ran, problems, agents = 0, 0, [], set()
         with tempfile.TemporaryDirectory() as tmp:
             for i, (row, recorded) in enumerate(pairs):
-                recording = Path(tmp) / f"{i}.jsonl"
-                recording.write_text(json.dumps(recorded) + "\n")
-                try:
-                    rollout = await run_episode(
-                        row,
-                        model=ReplayModel([recording]),
-                        env=host,
-                        env_info=host.describe(),
-                        config=AgentConfig(max_steps=50),
-                    )
-                except Exception as e:
-                    problems.append(f"#{i}: {type(e).__name__}: {e}")
-                    continue
-                if float(rollout["reward"]) == float(recorded.get("reward", float("nan"))):
+                outcome = await replay_one(server, row, recorded, models, Path(tmp) / str(i))
+                agents.add(outcome["agent"])
+                ran += outcome["ran"]
+                if outcome["reward"] is not None and outcome["reward"] == float(recorded.get("reward", float("nan"))):
                     agree += 1
+                elif outcome["reward"] is not None:
+                    problems.append(f"#{i}: reward {outcome['reward']}, recorded {recorded.get('reward')}")
                 else:
-                    problems.append(f"#{i}: reward {rollout['reward']}, recorded {recorded.get('reward')}")
-        return agree, problems
+                    problems.append(f"#{i}: {outcome['error']}")
+        return {"agree": agree, "ran": ran, "problems": problems, "agents": sorted(agents)}
 
-    agree, problems = asyncio.run(replay_all())
-    stage = "replays" if agree == len(pairs) else "replay"
-    return {**result, "stage": stage, "agree": agree, "recordings": len(pairs), "error": "; ".join(problems)}
+    done = asyncio.run(replay_all())
+    stage = "replays" if done["agree"] == len(pairs) else "replay"
+    if stage == "replay" and judged == 0 and len(models) > 1 and done["ran"] == len(pairs):
+        stage = "end to end"  # a judge-backed server whose judge calls NeMo Gym did not record: it ran, not agreed
+    return {
+        **result,
+        "stage": stage,
+        "agree": done["agree"],
+        "recordings": len(pairs),
+        "agents": done["agents"],
+        "judged": judged,
+        "error": "; ".join(done["problems"]),
+    }
+
+
+async def replay_one(
+    server: str, row: dict[str, Any], recorded: dict[str, Any], models: set[str], folder: Path
+) -> dict[str, Any]:
+    """One recording: gym-serve's own loop first; where the replay model misses (a recording another agent made),
+    the NeMo Gym agent that made it, hosted unchanged. Judge calls go to the replay model over the recording's own
+    judge calls, where NeMo Gym kept them."""
+    from gym_serve.analysis.check import recorded_judge_calls
+    from gym_serve.environment.nemo_gym import catalog
+    from gym_serve.environment.nemo_gym.agents import NemoGymAgent
+    from gym_serve.environment.nemo_gym.host import hosted_server
+    from gym_serve.environment.nemo_gym.routes import Routes
+    from gym_serve.errors import FailureKind, failure_kind
+    from gym_serve.rollout.loop import AgentConfig, run_episode
+    from gym_serve.rollout.replay import ReplayModel
+
+    folder.mkdir(parents=True)
+    (folder / "policy.jsonl").write_text(json.dumps(recorded) + "\n")
+    (folder / "judge.jsonl").write_text("".join(json.dumps(call) + "\n" for call in recorded_judge_calls(recorded)))
+
+    def fresh() -> tuple[Any, Routes]:
+        judge = ReplayModel([folder / "judge.jsonl", folder / "policy.jsonl"])
+        routes = Routes(models={name: judge.responses for name in models})
+        return ReplayModel([folder / "policy.jsonl"]), routes
+
+    policy, routes = fresh()
+    host = hosted_server(server, routes=routes)
+    try:
+        rollout = await run_episode(
+            row, model=policy, env=host, env_info=host.describe(), config=AgentConfig(max_steps=50)
+        )
+        return {"agent": "gym-serve", "ran": True, "reward": float(rollout["reward"])}
+    except Exception as e:
+        first = f"{type(e).__name__}: {e}"
+        if failure_kind(e) is not FailureKind.REPLAY_MISS:
+            return {"agent": "gym-serve", "ran": False, "reward": None, "error": first}
+    agent = catalog.agent_of(str((recorded.get("agent_ref") or {}).get("name") or "")) or "simple_agent"
+    policy, routes = fresh()
+    routes.models["policy_model"] = policy.responses
+    host = hosted_server(server, routes=routes)
+
+    async def to_server(method: str, path: str, body: bytes, cookies: dict[str, str]) -> Any:
+        return await host.http(path, body, cookies)
+
+    routes.apps[server] = to_server
+    try:
+        hosted = NemoGymAgent(agent, instance="survey_agent", routes=routes, resources_server=server)
+        rollout = await hosted.run(row)
+        return {"agent": agent, "ran": True, "reward": float(rollout["reward"])}
+    except Exception as e:
+        return {"agent": agent, "ran": False, "reward": None, "error": f"{first}; {agent}: {type(e).__name__}: {e}"}
 
 
 def run_isolated(server: str, timeout_s: float) -> dict[str, Any]:
-    """`survey_one(server)` in a fresh interpreter, cut at `timeout_s`."""
+    """`survey_one(server)` in a fresh interpreter, cut at `timeout_s`; a server whose packages are not installed
+    here runs in a Ray worker whose environment Ray builds from its requirements.txt (`runtime_env`)."""
     command = [sys.executable, __file__, "--one", server]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
@@ -94,11 +149,35 @@ def run_isolated(server: str, timeout_s: float) -> dict[str, Any]:
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         return {"server": server, "stage": "crash", "error": done.stderr.strip().splitlines()[-1:]}
-    return json.loads(lines[-1])
+    result = json.loads(lines[-1])
+    if result["stage"] == "dependencies" and os.environ.get("SURVEY_RUNTIME_ENV"):
+        return {**in_own_environment(server, timeout_s), "installed": True}
+    return result
+
+
+def in_own_environment(server: str, timeout_s: float) -> dict[str, Any]:
+    """`survey_one(server)` in a Ray worker with the server's own packages (`runtime_env`), as a deployment with
+    `dependencies: pip` runs it; a requirement that cannot be installed is named without trying."""
+    import ray
+
+    from gym_serve.environment.nemo_gym import requirements
+
+    problems = requirements.problems(server)
+    if problems:
+        return {"server": server, "stage": "dependencies", "error": "; ".join(problems)}
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    task = ray.remote(survey_one).options(runtime_env=requirements.runtime_env(server), max_retries=0)
+    ref = task.remote(server)
+    try:
+        return ray.get(ref, timeout=timeout_s * 4)  # the environment's build counts too
+    except Exception as e:
+        ray.cancel(ref, force=True)
+        return {"server": server, "stage": "dependencies", "error": f"in its own environment: {type(e).__name__}: {e}"}
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    order = ["replays", "replay", "recordings", "build", "dependencies", "timeout", "crash"]
+    order = ["replays", "end to end", "replay", "recordings", "build", "dependencies", "timeout", "crash"]
     counts = {stage: sum(r["stage"] == stage for r in results) for stage in order}
     lines = [
         "# NeMo Gym servers under gym-serve's host",
@@ -120,15 +199,16 @@ def table(results: list[dict[str, Any]]) -> str:
         "proves (27, with a Serve config each in this folder) are among those that replay; the known exceptions "
         "there (`mcqa`, `math_with_judge`, `structured_outputs`) are explained in that test.",
         "",
-        "| server | stage | recordings agreeing | first problem |",
-        "|---|---|---:|---|",
+        "| server | stage | recordings agreeing | agents | first problem |",
+        "|---|---|---:|---|---|",
     ]
     for r in sorted(results, key=lambda r: (order.index(r["stage"]), r["server"])):
         agree = f"{r['agree']} / {r['recordings']}" if "agree" in r else ""
+        agents = ", ".join(r.get("agents") or []) + (" (own environment)" if r.get("installed") else "")
         problem = re.sub(r"\S*/site-packages/", "site-packages/", str(r.get("error") or ""))  # no machine's paths
         problem = re.sub(re.escape(tempfile.gettempdir()) + r"/[^/\s]+/", "", problem)
         problem = problem.replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| `{r['server']}` | {r['stage']} | {agree} | {problem[:200]} |")
+        lines.append(f"| `{r['server']}` | {r['stage']} | {agree} | {agents} | {problem[:200]} |")
     return "\n".join(lines) + "\n"
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 CACHE = Path(os.environ.get("GYM_SERVE_ENV_CACHE", Path.home() / ".cache" / "gym-serve-ci"))
 GYM_SERVE_IMPORTS = ["pydantic>=2.7,<3", "orjson>=3.10", "aiohttp>=3.10", "pyyaml>=6", "jsonschema>=4.18"]
 """What gym-serve's trainer adapters and client import (gym-serve itself comes from the repository, on
-PYTHONPATH: it is not installed, so its own pins do not meet the trainer's)."""
+PYTHONPATH with scripts/source_tree: it is not installed, so its own pins do not meet the trainer's)."""
 
 
 @dataclass(frozen=True)

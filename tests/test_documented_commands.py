@@ -117,7 +117,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     box.env = {
         **plain_env(),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": os.pathsep.join([str(installed_as_editable(box)), str(box.root)]),  # the copy's code
+        "PYTHONPATH": os.pathsep.join([str(box.root / "scripts" / "source_tree"), str(box.root)]),  # the copy's code
         "RAY_ADDRESS": "local",  # `serve run` and `ray.init()` would otherwise join another `ray start` here
         "OPENAI_API_KEY": "sk-stand-in",
         "PYTHONUNBUFFERED": "1",
@@ -129,29 +129,6 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     added = {d.metadata["Name"] for d in metadata.distributions()} - before
     if added:  # what a session's `pip install` added leaves with it
         subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", *sorted(added)], capture_output=True)
-
-
-def installed_as_editable(box: Sandbox) -> Path:
-    """A folder whose `sitecustomize` makes the copy's top-level folders its `gym_serve.envs`, `.verifiers`, and
-    `.deployments`, as `pip install -e .` in the copy would (setup.py's package-dir mapping): so the commands run,
-    and what they write lands, in the copy, never in this checkout."""
-    folder = box.work / "site"
-    folder.mkdir(exist_ok=True)
-    mapping = {f"gym_serve.{name}": str(box.root / name) for name in ("envs", "verifiers", "deployments")}
-    (folder / "sitecustomize.py").write_text(
-        "import importlib.util, sys\n"
-        f"FOLDERS = {mapping!r}\n"
-        "class CopysFolders:\n"
-        "    @staticmethod\n"
-        "    def find_spec(name, path=None, target=None):\n"
-        "        if name not in FOLDERS:\n"
-        "            return None\n"
-        "        folder = FOLDERS[name]\n"
-        "        return importlib.util.spec_from_file_location(name, folder + '/__init__.py',\n"
-        "                                                      submodule_search_locations=[folder])\n"
-        "sys.meta_path.insert(0, CopysFolders)\n"
-    )
-    return folder
 
 
 # ---- servers ------------------------------------------------------------------------------------------------

@@ -275,10 +275,10 @@ def test_a_byte_order_mark_is_accepted_and_duplicate_keys_are_reported(tmp_path:
     results = list(scan_jsonl(path))
     assert results[0][1] == GOOD, "the first row reads despite the BOM"
     assert [str(e) for _, _, e in results[1:3]] == [
-        f"{path}, line 2: the key `input` is given twice in one object",
-        f"{path}, line 3: the key `expected_answer` is given twice in one object",
+        f"{path}, line 2, field `responses_create_params.input`: the key `input` is given twice in one object",
+        f"{path}, line 3, field `expected_answer`: the key `expected_answer` is given twice in one object",
     ]
-    assert "not valid JSON" in str(results[3][2])
+    assert str(results[3][2]) == f"{path}, line 4, field `x`: `NaN` is not JSON"
     rows, bad = run_materialize(job(path))
     assert len(rows) == 1 and [line for line, _ in bad] == [2, 3, 4]
 

@@ -227,13 +227,19 @@ def trainer_env(name: str) -> Path:
 
 def in_trainer_env(name: str, script: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run `scripts/trainer_interfaces/SCRIPT ARGS OUT` with NAME's Python (gym-serve from this repository, on
-    PYTHONPATH) and return the JSON it wrote to OUT: what the trainer received, and the errors it raised."""
+    PYTHONPATH with scripts/source_tree) and return the JSON it wrote to OUT: what the trainer received, and the
+    errors it raised."""
     python = trainer_env(name) / "bin" / "python"
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"gym-serve-{name}-{os.getpid()}.json"
     run = subprocess.run(
         [str(python), str(REPO / "scripts" / "trainer_interfaces" / script), *args, str(out)],
         cwd=REPO,
-        env={**plain_environment(), "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", **(env or {})},
+        env={
+            **plain_environment(),
+            "PYTHONPATH": f"{REPO / 'scripts' / 'source_tree'}{os.pathsep}{REPO}",
+            "HF_HUB_OFFLINE": "1",
+            **(env or {}),
+        },
         capture_output=True,
         text=True,
         timeout=600,

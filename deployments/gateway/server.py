@@ -176,6 +176,7 @@ def _error(api: API, problem: HTTPProblem) -> web.Response:
 
 
 def _model_list(model: str, api: API, *, one: bool) -> dict[str, Any]:
+    entry: dict[str, Any]
     if api == "anthropic":
         entry = {"type": "model", "id": model, "display_name": model, "created_at": "2025-01-01T00:00:00Z"}
         return entry if one else {"data": [entry], "has_more": False, "first_id": model, "last_id": model}

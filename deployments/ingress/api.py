@@ -4,7 +4,8 @@
 - `POST /v1/responses`, `POST /v1/chat/completions`: the Model tier, OpenAI-compatible (`.model`).
 - `POST /v1/weights`, `GET /v1/weights`: policy weights and versions (`.weights`).
 - `GET /healthz`, `GET /v1/environments`, `GET /metrics` (Prometheus text, `.metrics`): below.
-- `GET /openapi.json`: the schema of every route's body and answers.
+- `GET /openapi.json`: the schema of every route's body and answers (`openapi_schema`: the bearer token where
+  this ingress has one).
 
 Every route but `/healthz` and the schema needs the bearer token when the ingress has one (`.replica`);
 errors are exceptions, answered in the shape of the route's API (`.errors`); what one replica holds (its
@@ -13,6 +14,7 @@ in-flight slots, its dispatcher, its idempotency cache, its metrics) is its `Rep
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from fastapi import FastAPI, Response
@@ -25,7 +27,7 @@ from gym_serve.deployments.ingress.metrics import CONTENT_TYPE
 from gym_serve.deployments.ingress.replica import Authorized, CurrentReplica, IngressArgs, JSONBodies, Replica
 from gym_serve.serving import secrets
 
-__all__ = ["IngressArgs", "app", "build_ingress"]
+__all__ = ["IngressArgs", "app", "build_ingress", "openapi_schema"]
 
 app = FastAPI(
     title="gym-serve",
@@ -107,6 +109,36 @@ async def environments(replica: CurrentReplica) -> Environments:
     )
 
 
+def _errors_as_json(document: dict[str, Any]) -> dict[str, Any]:
+    """Error answers are JSON on every route (`.errors`); FastAPI files a declared error body under the route's own
+    media type, which on the NDJSON route (`/v1/rollouts`) would promise errors as `application/x-ndjson`."""
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            for status, answer in operation["responses"].items():
+                content = answer.get("content") or {}
+                if int(status) >= 400 and content and "application/json" not in content:
+                    answer["content"] = {"application/json": content.popitem()[1]}
+    return document
+
+
+_DOCUMENT = _errors_as_json(app.openapi())
+"""Every route's schema, as FastAPI builds it (with the bearer token on every route that checks it)."""
+
+
+def openapi_schema(*, auth: bool) -> dict[str, Any]:
+    """The OpenAPI document an ingress serves: with a token (`auth`) every route but `/healthz` asks for it;
+    without one, none does, and none declares the 401 it cannot answer (a client or a fuzzer reading the
+    schema then sends what this ingress takes)."""
+    document = copy.deepcopy(_DOCUMENT)
+    if not auth:
+        for operations in document["paths"].values():
+            for operation in operations.values():
+                operation.pop("security", None)
+                operation["responses"].pop("401", None)
+        document.get("components", {}).pop("securitySchemes", None)
+    return document
+
+
 @serve.deployment(name="Ingress", max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0})
 @serve.ingress()
 class Ingress:
@@ -119,6 +151,7 @@ class Ingress:
         """The app this replica serves: this module's, holding this replica's state (Serve calls it after
         `__init__`; given the app up front, Serve would serve a copy of it that the state never reaches)."""
         app.state.replica = self.replica
+        app.openapi_schema = openapi_schema(auth=self.replica.token is not None)
         return app
 
 

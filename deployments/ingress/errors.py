@@ -8,8 +8,9 @@ Two APIs share the app, each with its own error body:
   "code"}}`, which the official clients read (`param` is the field).
 
 A route raises `IngressError`; a body FastAPI itself refuses (not JSON, a field out of range) is a 400 naming
-the field. Either is answered in the shape of the route's API. 409 and 429 say when to come back
-(`Retry-After`).
+the field, or for text that is not JSON, the line and column; what Starlette answers itself (an unknown path,
+a method a route does not take, a body FastAPI could not read at all) comes in the same shape. Each is answered
+in the shape of the route's API. 409 and 429 say when to come back (`Retry-After`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException  # what Starlette's router and FastAPI's body reading raise
 
 from gym_serve.wire.pieces import field_path
 
@@ -82,7 +84,7 @@ _DESCRIPTIONS = {
     400: "The request body is not valid JSON, or a field is out of range.",
     401: "The bearer token is missing or wrong.",
     403: "The operation needs a bearer token, and this ingress has none.",
-    404: "An unknown agent, or a model this ingress does not serve.",
+    404: "An unknown agent, a model this ingress does not serve, or weights for a Model tier that takes none.",
     409: "The idempotency key's batch is still running, or the version is not new (retry after `Retry-After`).",
     413: "The body is over the ingress's size limit.",
     422: "A row, or the weights, do not fit (the body names the field).",
@@ -95,6 +97,7 @@ _DESCRIPTIONS = {
 def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(IngressError, _answer)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _refused_body)  # type: ignore[arg-type]
+    app.add_exception_handler(HTTPException, _starlettes)  # type: ignore[arg-type]
 
 
 async def _answer(request: Request, error: IngressError) -> JSONResponse:
@@ -112,8 +115,35 @@ async def _refused_body(request: Request, error: RequestValidationError) -> JSON
     """FastAPI refused the body: 400 naming the first field that is wrong."""
     first = error.errors()[0]
     if first["type"] == "json_invalid":
-        where = f" (at character {first['loc'][1]})" if len(first["loc"]) > 1 else ""
-        return await _answer(request, IngressError(400, f"body is not valid JSON: {first['ctx']['error']}{where}"))
+        where = _line_and_column(error.body, first["loc"][1]) if len(first["loc"]) > 1 else ""
+        return await _answer(request, IngressError(400, f"body is not valid JSON{where}: {first['ctx']['error']}"))
     field = field_path(first["loc"][1:]) or None  # the location's first part is FastAPI's "body"
     message = f"`{field}`: {first['msg']}" if field else str(first["msg"])
     return await _answer(request, IngressError(400, message, field=field))
+
+
+def _line_and_column(text: Any, position: Any) -> str:
+    """` at line L, column C` of a position in the body, text or bytes (a batch's rows one per line: the row's).
+
+    >>> _line_and_column('{"rows": [\\n{"a": 1},\\n{"a": }]}', 27), _line_and_column(b"[\\n\\xff]", 2)
+    (' at line 3, column 7', ' at line 2, column 1')
+    """
+    if not isinstance(text, str | bytes) or not isinstance(position, int):
+        return f" at character {position}"
+    newline = "\n" if isinstance(text, str) else b"\n"
+    line = text.count(newline, 0, position) + 1  # type: ignore[arg-type]
+    return f" at line {line}, column {position - text.rfind(newline, 0, position)}"  # type: ignore[arg-type]
+
+
+async def _starlettes(request: Request, error: HTTPException) -> JSONResponse:
+    """What Starlette or FastAPI answered by itself, in the route's shape; a body that could not be read is
+    named by its cause (not UTF-8, nested past the parser's reach)."""
+    message = str(error.detail)
+    cause = error.__cause__
+    if isinstance(cause, UnicodeDecodeError):
+        message = f"body is not valid UTF-8{_line_and_column(cause.object, cause.start)}: {cause.reason}"
+    elif isinstance(cause, RecursionError):
+        message = "body is not valid JSON: nested too deeply to read"
+    response = await _answer(request, IngressError(error.status_code, message))
+    response.headers.update(error.headers or {})
+    return response

@@ -29,8 +29,9 @@ from gym_serve.deployments.ingress.slots import Slots
 from gym_serve.errors import ConfigError
 from gym_serve.models.weights import PolicyWeights
 from gym_serve.serving import secrets
+from gym_serve.wire.jsonl import NotJSON, strict_loads
 
-__all__ = ["Authorized", "CurrentReplica", "IngressArgs", "JSONBodies", "Replica"]
+__all__ = ["Authorized", "CurrentReplica", "IngressArgs", "JSONBodies", "Replica", "StrictJSON"]
 
 
 class IngressArgs(BaseModel):
@@ -117,6 +118,23 @@ async def _authorized(
 
 Authorized = Depends(_authorized)
 """The bearer token, when the ingress has one (every route but `/healthz` needs it)."""
+
+
+async def _strict_json(request: Request) -> None:
+    if request.method not in ("POST", "PUT", "PATCH"):
+        return
+    try:
+        strict_loads(await request.body())
+    except NotJSON as e:
+        raise IngressError(400, f"body is not valid JSON: {e}", field=e.field) from None
+    except ValueError:
+        pass  # what FastAPI's own reading already refused, or would (and answers with the line and column)
+
+
+StrictJSON = Depends(_strict_json)
+"""A body is JSON as a file's rows are (`gym_serve.wire.jsonl.strict_loads`): a key given twice, `NaN` and the
+infinities are refused with the field they are in, where FastAPI's reading would keep the last key, or hand
+a NaN on to a rollout whose answer could then not be written as JSON (a 500)."""
 
 
 class JSONBodies:

@@ -38,14 +38,14 @@ from gym_serve.collect.staleness import Staleness
 from gym_serve.deployments.ingress.batches import Batch, BatchResponse, NDJSONResponse
 from gym_serve.deployments.ingress.errors import IngressError, responses
 from gym_serve.deployments.ingress.idempotency import IdempotencyConflict, IdempotencyMismatch
-from gym_serve.deployments.ingress.replica import Authorized, CurrentReplica, Replica
+from gym_serve.deployments.ingress.replica import Authorized, CurrentReplica, Replica, StrictJSON
 from gym_serve.deployments.ingress.slots import Lease, Saturated
 from gym_serve.errors import InputError
 from gym_serve.wire.responses import InputRow, RolloutRow
 
 __all__ = ["RolloutsRequest", "router"]
 
-router = APIRouter(tags=["rollouts"], dependencies=[Authorized])
+router = APIRouter(tags=["rollouts"], dependencies=[Authorized, StrictJSON])
 
 SOURCE = "rows"
 """How a request's rows are named in the messages about them (`rows, line 2, field ...`)."""

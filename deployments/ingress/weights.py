@@ -12,8 +12,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from gym_serve.deployments.ingress.errors import IngressError, responses
-from gym_serve.deployments.ingress.replica import Authorized, CurrentReplica
-from gym_serve.errors import InvalidWeights, VersionNotNewer, WeightsError
+from gym_serve.deployments.ingress.replica import Authorized, CurrentReplica, StrictJSON
+from gym_serve.errors import InvalidWeights, NoWeights, VersionNotNewer, WeightsError
 from gym_serve.models.weights import PolicyVersions, UpdateReport
 
 __all__ = ["WeightsRequest", "router"]
@@ -24,7 +24,7 @@ async def _a_token_is_configured(replica: CurrentReplica) -> None:
         raise IngressError(403, f"weight updates need a bearer token: set {replica.args.token_env} for the ingress")
 
 
-router = APIRouter(prefix="/v1/weights", tags=["weights"], dependencies=[Authorized])
+router = APIRouter(prefix="/v1/weights", tags=["weights"], dependencies=[Authorized, StrictJSON])
 
 
 class WeightsRequest(BaseModel):
@@ -44,7 +44,7 @@ async def push_weights(replica: CurrentReplica, update: WeightsRequest) -> JSONR
     try:
         report = await replica.weights().push(update.version, checkpoint=update.checkpoint)
     except WeightsError as e:
-        status = 422 if isinstance(e, InvalidWeights) else 409 if isinstance(e, VersionNotNewer) else 503
+        status = {InvalidWeights: 422, VersionNotNewer: 409, NoWeights: 404}.get(type(e), 503)
         raise IngressError(status, str(e)) from None
     return JSONResponse(report.model_dump())
 

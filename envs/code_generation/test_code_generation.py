@@ -84,9 +84,7 @@ async def test_a_think_tag_in_the_final_answer_scores_zero() -> None:
 async def test_a_package_only_the_solution_chose_is_its_own_failure() -> None:
     """Only a package the task imports can make a row unscorable: one the solution picked scores 0, not a mask."""
     task = CodeTask(tests=["assert double(2) == 4"])
-    result = await ENV().verify(
-        task, answer("```python\nimport wordcloud\ndef double(x):\n    return 2 * x\n```"), None
-    )
+    result = await ENV().verify(task, answer("```python\nimport wordcloud\ndef double(x):\n    return 2 * x\n```"))
     assert result.reward == 0.0 and result.fields["tests_passed"] == 0
 
 
@@ -97,5 +95,5 @@ async def test_a_package_the_tests_import_and_the_sandbox_lacks_fails_the_rollou
 
     task = CodeTask(tests=["from wordcloud import WordCloud\nassert double(2) == 4"])
     with pytest.raises(MissingPackageError, match="the task imports `wordcloud`") as raised:
-        await ENV().verify(task, answer("```python\ndef double(x):\n    return 2 * x\n```"), None)
+        await ENV().verify(task, answer("```python\ndef double(x):\n    return 2 * x\n```"))
     assert raised.value.kind is FailureKind.MISSING_PACKAGE

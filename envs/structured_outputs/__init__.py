@@ -61,7 +61,10 @@ class SchemaTask(Task):
             raise ValueError("a row needs exactly one of `schema_str` (or its older name `schema`)")
         if self.schema_type.lower() != "json":
             raise ValueError(f"`schema_type` must be `json` here, got `{self.schema_type}`")
-        load_schema(self.schema_value)  # a broken schema is the row's fault: bad input, found before any rollout
+        try:  # a broken schema is the row's fault: bad input, found before any rollout
+            load_schema(self.schema_value)
+        except ValueError as e:
+            raise ValueError(f"`{'schema_str' if self.schema_str is not None else 'schema'}`: {e}") from e
         return self
 
     @property

@@ -142,8 +142,9 @@ async def test_formats_are_checked_only_when_configured_as_nemo_gym_does_not() -
         ({"schema_str": json.dumps(SCHEMA), "schema_type": "yaml"}, "`schema_type` must be `json` here, got `yaml`"),
         ({}, "exactly one of `schema_str`"),
         ({"schema_str": "{}", "schema": "{}"}, "exactly one of `schema_str`"),
-        ({"schema_str": '{"type": "objekt"}'}, "invalid JSON schema at \\$.type"),
-        ({"schema_str": '{"type": '}, "the schema is not valid JSON"),
+        ({"schema_str": '{"type": "objekt"}'}, "`schema_str`: invalid JSON schema at \\$.type"),
+        ({"schema_str": '{"type": '}, "`schema_str`: the schema is not valid JSON"),  # the field named (issue 29)
+        ({"schema": '{"type": '}, "`schema`: the schema is not valid JSON"),
     ],
 )
 async def test_a_bad_row_fails_the_rollout_instead_of_scoring_zero(fields: dict[str, Any], message: str) -> None:

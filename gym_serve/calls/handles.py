@@ -143,6 +143,7 @@ class EnvironmentHandle:
         self._call_tools = batcher("call_tools", 1)
         self._user_turn = batcher("user_turn", 2)
         self._verify = batcher("verify", 2)
+        self._http = batcher("http", 2)
 
     async def seed(self, row: dict[str, Any]) -> Any:
         return await self._seed((row,))
@@ -155,6 +156,10 @@ class EnvironmentHandle:
 
     async def verify(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> dict[str, Any]:
         return await _on_session(state, self._verify((row, response, state)))
+
+    async def http(self, path: str, body: bytes, cookies: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
+        """A NeMo Gym agent's call to a hosted server; cookies naming the replica of its session pin it there."""
+        return await _on_session(cookies, self._http((path, body, cookies)))
 
 
 async def _on_session(state: Any, call: Awaitable[Any]) -> Any:

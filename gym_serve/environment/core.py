@@ -91,6 +91,11 @@ class Turn(BaseModel):
     message: str | None = None
     reward: float = 0.0
     terminated: bool = False
+    truncated: bool = False
+    """A budget of the environment's own ran out (Gymnasium's flag): the episode ends, not terminated."""
+    tool_outputs: list[dict[str, Any]] = Field(default_factory=list)
+    """The `function_call_output` items of the turn's calls, for an environment that takes every model turn as a
+    step (`EnvInfo.steps_every_turn`); they go into the conversation before `message`."""
 
 
 TaskT = TypeVar("TaskT", bound=Task)

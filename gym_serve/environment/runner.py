@@ -26,9 +26,13 @@ from gym_serve.errors import EnvError, GymServeError, InputError, ToolError, Ver
 from gym_serve.wire.pieces import field_path
 from gym_serve.wire.responses import Response
 
-__all__ = ["EnvInfo", "EnvRunner"]
+__all__ = ["OPENING_KEY", "EnvInfo", "EnvRunner"]
 
 State = dict[str, Any] | None
+
+OPENING_KEY = "_gs_observation"
+"""A seeded rollout's state may carry the environment's first observation under this key (Gymnasium's reset
+observation): the agent adds it to the prompt as a user message before the first model call."""
 
 
 class EnvInfo(BaseModel):
@@ -47,6 +51,10 @@ class EnvInfo(BaseModel):
     """False: the model's function calls are its answer, judged and never run."""
     verify_timeout_s: float | None = None
     """Verify's deadline, which each rollout row records (`_gs_timings.verify_deadline_s`) for the health checks."""
+    steps_every_turn: bool = False
+    """Every model turn, with function calls or without, goes to `user_turn` as one step (Gymnasium's `step`, as
+    NeMo Gym's `gymnasium_agent` drives it): the turn it answers carries the outputs of the calls, the step's reward,
+    `terminated` and `truncated`. Tools are never called apart."""
     replica_sessions: bool = False
     """The environment keeps each rollout's state in the memory of the replica that seeded it (a hosted NeMo Gym
     server): every later call of the rollout must reach that replica."""

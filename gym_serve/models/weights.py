@@ -40,8 +40,9 @@ from typing import Any
 
 import ray
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from ray.serve.exceptions import RayServeException
 
-from gym_serve.errors import FailureKind, InvalidWeights, VersionNotNewer, WeightsError, failure_kind
+from gym_serve.errors import FailureKind, InvalidWeights, NoWeights, VersionNotNewer, WeightsError, failure_kind
 
 __all__ = [
     "PolicyState",
@@ -188,6 +189,8 @@ class PolicyWeights:
             await self._broadcast("weights_discard", version)
             if not refusals:
                 raise WeightsError(f"policy `{self.app}`: no running replica took version {version}")
+            if all(_takes_no_weights(r) for r in refusals):
+                raise NoWeights(f"policy `{self.app}`: its Model tier takes no weights (only `kind: vllm` tiers do)")
             cls = InvalidWeights if all(isinstance(r, InvalidWeights) for r in refusals) else WeightsError
             why = " | ".join(sorted({str(r) for r in refusals}))
             raise cls(f"policy `{self.app}`: version {version} refused, no replica changed: {why}")
@@ -218,6 +221,11 @@ class PolicyWeights:
 def _errors(results: list[Any]) -> list[BaseException]:
     """The refusals among broadcast results (a replica that died refused nothing)."""
     return [r for r in results if isinstance(r, BaseException) and failure_kind(r) is not FailureKind.KILL_SHAPED]
+
+
+def _takes_no_weights(error: BaseException) -> bool:
+    """A replica whose deployment has no weight methods: Serve's own refusal of a method the class lacks."""
+    return isinstance(error, RayServeException) and "that does not exist" in str(error)
 
 
 def _cause(error: BaseException) -> BaseException:

@@ -5,6 +5,12 @@ seed → (model call → run every function call → append outputs)* → verify
 Environments with a `user_turn` (games, simulated users) answer the model's
 plain messages: their reply is appended as a user message and the loop goes
 on until they end the episode; their per-step rewards land in `step_rewards`.
+A Gymnasium-style environment (`EnvInfo.steps_every_turn`: NeMo Gym's
+`gymnasium_agent` semantics) takes every model turn as a step, function calls
+included: the step's tool outputs and observation follow the turn, and the
+episode ends when the step says `terminated` or `truncated`. Its reset
+observation, when the seeded state carries one (`OPENING_KEY`), opens the
+conversation as a user message.
 
 The episode *terminates* when the model answers without a function call (or
 the environment ends it); it is *truncated* when its response is incomplete
@@ -34,7 +40,7 @@ from typing import Any, Protocol
 
 from pydantic import AliasChoices, BaseModel, Field
 
-from gym_serve.environment.runner import EnvInfo
+from gym_serve.environment.runner import OPENING_KEY, EnvInfo
 from gym_serve.errors import (
     EnvError,
     FailureKind,
@@ -101,6 +107,7 @@ async def run_episode(
     state = None
     if env_info.has_seed:
         state = await _call("environment `seed`", env.seed(row), EnvError, config)
+        params = _with_opening(params, state)
 
     tools = params.get("tools") or env_info.tools
     conversation = input_items(params["input"])
@@ -118,6 +125,16 @@ async def run_episode(
         items = response.get("output") or []
         output.extend(items)
         _add_usage(usage, response.get("usage"))
+        if env_info.steps_every_turn:  # the turn is one step, calls and all
+            turn, state = await _call("environment `user_turn`", env.user_turn(row, response, state), EnvError, config)
+            step_rewards.append(float(turn["reward"]))
+            if turn["terminated"] or turn.get("truncated"):
+                terminated = bool(turn["terminated"])
+                break
+            output.extend(turn.get("tool_outputs") or [])
+            if turn.get("message"):
+                output.append(user_message(turn["message"]))
+            continue
         if response.get("status") == "incomplete":
             break
         calls = [item for item in items if item.get("type") == "function_call"]
@@ -166,6 +183,7 @@ async def run_episode(
         extra["policy_version_min"], extra["policy_version_max"] = versions
     return {
         **row,
+        "responses_create_params": params,
         "response": episode,
         "mask_sample": False,
         **verdict,
@@ -196,6 +214,15 @@ async def _call(what: str, call: Any, tier_error: type[GymServeError], config: A
         if kind is FailureKind.AGENT_RUN_ERROR:
             kind = tier_error.kind
         raise RolloutError(f"{what} failed: {type(e).__name__}: {e}", kind=kind) from e
+
+
+def _with_opening(params: dict[str, Any], state: Any) -> dict[str, Any]:
+    """The request with the environment's reset observation (`OPENING_KEY` in the seeded state) as a last user
+    message, as NeMo Gym's gymnasium_agent sends it; the request itself where there is none."""
+    opening = state.pop(OPENING_KEY, None) if isinstance(state, dict) else None
+    if not isinstance(opening, str) or not opening:
+        return params
+    return {**params, "input": [*input_items(params["input"]), user_message(opening)]}
 
 
 def _session_id(row: dict[str, Any]) -> str | None:

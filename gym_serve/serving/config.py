@@ -62,6 +62,7 @@ __all__ = [
     "ModelArgs",
     "ModelRefArgs",
     "HTTPModelArgs",
+    "NemoGymAgentArgs",
     "NemoGymEnvironmentArgs",
     "OpenAIModelArgs",
     "ReplayModelArgs",
@@ -148,6 +149,18 @@ class NemoGymEnvironmentArgs(BaseModel):
         default_factory=dict,
         description="NeMo Gym server names the server calls (an LLM judge's model server) → `http://HOST:PORT`.",
     )
+    models: dict[str, str] = Field(
+        default_factory=dict,
+        description="NeMo Gym model server names the server calls (`judge_model`, `genrm_model`, ...) → the gym-serve "
+        "application whose Model tier answers them, through its handle. `policy_model` is this application's own "
+        "Model tier unless mapped.",
+    )
+    dependencies: Literal["installed", "pip", "uv"] = Field(
+        default="installed",
+        description="`installed`: the server's packages must be installed where gym-serve is (checked at deploy "
+        "time). `pip`/`uv`: Ray builds the Environment replicas an environment of their own from the server's "
+        "requirements.txt (`runtime_env`), so its packages never enter gym-serve's.",
+    )
     verify_timeout_s: float = Field(
         default=120.0,
         gt=0,
@@ -177,12 +190,33 @@ EnvironmentSpec = Annotated[
 """`environment:` in an application's args: one of gym-serve's environments, or a hosted NeMo Gym server."""
 
 
+class NemoGymAgentArgs(BaseModel):
+    """One of NeMo Gym's agents, unchanged, run by the Agent tier instead of gym-serve's own loop
+    (`gym_serve.environment.nemo_gym.agents`): its model calls go to the Model tiers, its resources server calls
+    to this application's Environment tier, through handles."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(description="An agent shipped in nemo-gym: the folder `responses_api_agents/<agent>`.")
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="The agent's own config fields, over those its `configs/*.yaml` ships."
+    )
+    models: dict[str, str] = Field(
+        default_factory=dict,
+        description="NeMo Gym model server names the agent calls → the application whose Model tier answers them "
+        "(`policy_model`: this application's own unless mapped).",
+    )
+
+
 class AgentArgs(AgentConfig):
     """The tool-loop agent (`gym_serve.rollout.loop`): the default."""
 
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["loop"] = "loop"
+    nemo_gym: NemoGymAgentArgs | None = Field(
+        default=None, description="Host one of NeMo Gym's agents instead of running gym-serve's own tool loop."
+    )
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
 
 
@@ -432,13 +466,57 @@ def validate_app_args(args: dict[str, Any], *, source: str, app: str) -> AppArgs
     environment = parsed.environment
     try:
         if isinstance(environment, NemoGymEnvironmentArgs):
-            nemo_gym.check_server(environment.server)
+            _check_nemo_gym(environment, source=source, app=app)
         elif environment is not None:
             load_environment_class(environment.name)
     except EnvError as e:
         field = "server" if isinstance(environment, NemoGymEnvironmentArgs) else "name"
         raise ConfigError(str(e), source=source, key=f"applications[{app}].args.environment.{field}") from e
+    if isinstance(parsed.agent, AgentArgs) and parsed.agent.nemo_gym is not None:
+        _check_nemo_gym_agent(parsed.agent.nemo_gym, source=source, app=app)
     return parsed
+
+
+def _check_nemo_gym_agent(agent: NemoGymAgentArgs, *, source: str, app: str) -> None:
+    """A hosted NeMo Gym agent: installed (near matches otherwise), and every model server it names mapped."""
+    from gym_serve.environment.nemo_gym import catalog
+
+    try:
+        defaults = catalog.agent_config_defaults(agent.agent)
+    except EnvError as e:
+        raise ConfigError(str(e), source=source, key=f"applications[{app}].args.agent.nemo_gym.agent") from e
+    mapped = {"policy_model", *agent.models}
+    for key, name in nemo_gym.model_references({**defaults, **agent.config}).items():
+        if name not in mapped:
+            raise ConfigError(
+                f"NeMo Gym agent `{agent.agent}` calls model server `{name}` (its config's `{key}.name`), which this "
+                f"application does not map: name the application whose Model tier answers it at "
+                f"`args.agent.nemo_gym.models.{name}`",
+                source=source,
+                key=f"applications[{app}].args.agent.nemo_gym.models",
+            )
+
+
+def _check_nemo_gym(environment: NemoGymEnvironmentArgs, *, source: str, app: str) -> None:
+    """The deploy-time check of a hosted NeMo Gym server: its packages (installed, or installable into its own
+    environment), and every model server its config names mapped to an application."""
+    from gym_serve.environment.nemo_gym import requirements
+
+    installing = environment.dependencies != "installed"
+    nemo_gym.check_server(environment.server, installing=installing)
+    if installing:
+        requirements.check_installable(environment.server)
+    config = {**nemo_gym.server_config_defaults(environment.server), **environment.config}
+    mapped = {"policy_model", *environment.models, *environment.endpoints}
+    for key, name in nemo_gym.model_references(config).items():
+        if name not in mapped:
+            raise ConfigError(
+                f"NeMo Gym server `{environment.server}` calls model server `{name}` (its config's `{key}.name`), "
+                f"which this application does not map: name the application whose Model tier answers it at "
+                f"`args.environment.models.{name}` (or `args.environment.config.{key}.name` another mapped name)",
+                source=source,
+                key=f"applications[{app}].args.environment.models",
+            )
 
 
 def load_serve_config(path: str | Path) -> list[AppSpec]:

@@ -42,7 +42,7 @@ def parse_output(text: str) -> list[dict[str, Any]]:
         try:
             call = json.loads(match.group(1))
             name, arguments = call["name"], call.get("arguments", {})
-        except (json.JSONDecodeError, KeyError, TypeError):
+        except (json.JSONDecodeError, KeyError, TypeError, RecursionError):  # a model may generate any text
             return match.group(0)  # malformed: leave it visible
         calls.append(
             {

@@ -18,7 +18,9 @@ list of typed items (`message` with a role of user/system/developer/assistant,
 `function_call_output` answers an earlier `function_call` of the same `call_id`;
 `tools` are functions whose `parameters` is a valid JSON Schema for an object;
 `temperature` in [0, 2], `top_p` in (0, 1], `max_output_tokens` at least 1;
-`_ng_task_index` a non-negative integer; `agent_ref.name` a non-empty string.
+`_ng_task_index` a non-negative integer; `agent_ref.name` a non-empty string; nothing in it nested deeper
+than `MAX_DEPTH` (what the JSON writers, the schema checker and pickling between tiers all handle), and no
+number the JSON writer cannot write (`NaN`, the infinities, an integer beyond 64 bits).
 """
 
 from __future__ import annotations
@@ -42,12 +44,14 @@ from pydantic import (
 )
 
 from gym_serve.wire.harness import HarnessResult
+from gym_serve.wire.jsonl import unwritable
 from gym_serve.wire.pieces import field_path, user_message
 
 __all__ = [
     "AgentRef",
     "FunctionCall",
     "FunctionCallOutput",
+    "MAX_DEPTH",
     "FunctionTool",
     "InputMessage",
     "InputRow",
@@ -177,7 +181,10 @@ class FunctionTool(_Open):
             return parameters
         if parameters.get("type", "object") != "object":
             raise ValueError(f"a function's `parameters` describe an object; got type {parameters.get('type')!r}")
-        problem = _schema_problem(json.dumps(parameters, sort_keys=True))
+        try:
+            problem = _schema_problem(json.dumps(parameters, sort_keys=True))
+        except RecursionError:  # past what Python's recursion allows a JSON encoder (MAX_DEPTH keeps rows below)
+            problem = "not a valid JSON Schema: nested too deeply to check"
         if problem is not None:
             raise ValueError(problem)
         return parameters
@@ -197,6 +204,8 @@ def _schema_problem(schema_json: str) -> str | None:
         validator.check_schema(schema)
     except jsonschema.SchemaError as e:
         return f"not a valid JSON Schema at {e.json_path}: {e.message}"
+    except RecursionError:  # the checker recurses per level of the schema
+        return "not a valid JSON Schema: nested too deeply to check"
     return None
 
 
@@ -299,12 +308,31 @@ class RolloutRow(InputRow):
     reward: float
 
 
+MAX_DEPTH = 100
+"""How deep objects and arrays may nest in a row. A real row nests a dozen levels (a tool's schema inside its
+parameters); the JSON writers stop at 255 (orjson), Python's recursion (the schema checker, pickling a row
+between tiers) near a thousand frames, and a row any of them refuses would fail a rollout, or a whole
+collection, far from where it came in."""
+
+
 def row_problems(row: Any) -> list[tuple[str, str]]:
-    """Everything wrong with an input row, as `(field path, what is wrong)`; empty when it is a valid row."""
+    """Everything wrong with an input row, as `(field path, what is wrong)`; empty when it is a valid row.
+
+    >>> row_problems({"responses_create_params": {"input": "hi", "temperature": 3}})
+    [('responses_create_params.temperature', 'Input should be less than or equal to 2')]
+    >>> deep: list = []
+    >>> for _ in range(MAX_DEPTH):
+    ...     deep = [deep]
+    >>> row_problems({"responses_create_params": {"input": "hi"}, "notes": deep})[0][1]
+    'nested more than 100 levels deep (objects and arrays)'
+    """
     if not isinstance(row, dict):
         return [("(row)", f"a row is a JSON object, got {type(row).__name__}")]
-    try:
-        InputRow.model_validate(row)
+    problem = unwritable(row, max_depth=MAX_DEPTH)  # what would stop the row being pickled, checked or written
+    if problem is not None:
+        return [(problem[0] or "(row)", problem[1])]
+    try:  # strictly: the row goes on as it is, not as pydantic would coerce it (`0` is no boolean, "1" no number)
+        InputRow.model_validate(row, strict=True)
     except ValidationError as e:
         params = row.get("responses_create_params")
         given = params.get("input") if isinstance(params, dict) else None

@@ -98,6 +98,7 @@ def anthropic_events(message: dict[str, Any]) -> list[bytes]:
     ]  # fmt: skip
     for index, block in enumerate(message["content"]):
         kind = block["type"]
+        start: dict[str, Any]
         if kind == "text":
             start, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
         elif kind == "tool_use":

@@ -9,7 +9,8 @@ gym-serve's ingress; every model call's item is read back through NeMo Gym's own
 `...ForTraining` items that carry token ids), and what NeMo RL would receive is written as JSON, with what NeMo
 Gym's `BaseVerifyResponse` finds missing from the row (NeMo RL reads the dict; it does not validate it).
 
-    PYTHONPATH=. VENV/bin/python scripts/trainer_interfaces/nemo_rl_real.py ROWS.jsonl OTHER_TOKENIZER OUT
+    PYTHONPATH=scripts/source_tree:. VENV/bin/python \
+        scripts/trainer_interfaces/nemo_rl_real.py ROWS.jsonl OTHER_TOKENIZER OUT
 """
 
 import asyncio

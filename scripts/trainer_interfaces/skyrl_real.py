@@ -5,7 +5,8 @@ SkyRL 0.4.0 (Python 3.12) asks its generator for one output per trajectory and c
 `GeneratorInterface`) on SkyRL's own `GeneratorInput`, `TrajectoryID`s and `BatchMetadata`, over rollouts recorded
 from gym-serve's ingress plus one failed rollout, validates with SkyRL's function and writes the output as JSON.
 
-    PYTHONPATH=. VENV/bin/python scripts/trainer_interfaces/skyrl_real.py ROLLOUTS.jsonl TOKENIZER OTHER_TOKENIZER OUT
+    PYTHONPATH=scripts/source_tree:. VENV/bin/python \
+        scripts/trainer_interfaces/skyrl_real.py ROLLOUTS.jsonl TOKENIZER OTHER_TOKENIZER OUT
 """
 
 import asyncio

@@ -6,7 +6,8 @@ PEFT and TRL), adds LoRA adapters with `get_peft_model`, and trains with the `GR
 tutorial notebook, its values kept wherever TRL and a CPU take them (`RECIPE`; what had to change, and why, is in
 `CHANGED` and in the JSON written), sampling every completion with gym-serve (`TRLRollouts` over the ingress).
 
-    PYTHONPATH=. VENV/bin/python scripts/trainer_interfaces/unsloth_real.py URL TOKEN MODEL ROWS.jsonl OUT
+    PYTHONPATH=scripts/source_tree:. VENV/bin/python \
+        scripts/trainer_interfaces/unsloth_real.py URL TOKEN MODEL ROWS.jsonl OUT
 """
 
 # ruff: noqa: I001  (the import order is Unsloth's requirement)

@@ -4,7 +4,8 @@ verl 0.9.1 (Python 3.11, transformers<5.11) builds one `GymServeAgentLoop` per t
 `AgentLoopOutput` into its batch with `AgentLoopWorker`'s own post-processing: this does both, on rollouts
 recorded from gym-serve's ingress, and writes what verl's batch holds as JSON for the test to check.
 
-    PYTHONPATH=. VENV/bin/python scripts/trainer_interfaces/verl_real.py ROLLOUTS.jsonl TOKENIZER OTHER_TOKENIZER OUT
+    PYTHONPATH=scripts/source_tree:. VENV/bin/python \
+        scripts/trainer_interfaces/verl_real.py ROLLOUTS.jsonl TOKENIZER OTHER_TOKENIZER OUT
 """
 
 import asyncio

@@ -11,7 +11,18 @@ from gym_serve.environment.nemo_gym.catalog import (
     check_server,
     data_dir,
     hosted_name,
+    model_references,
+    server_config_defaults,
     server_name,
 )
 
-__all__ = ["PREFIX", "available_servers", "check_server", "data_dir", "hosted_name", "server_name"]
+__all__ = [
+    "PREFIX",
+    "available_servers",
+    "check_server",
+    "data_dir",
+    "hosted_name",
+    "model_references",
+    "server_config_defaults",
+    "server_name",
+]

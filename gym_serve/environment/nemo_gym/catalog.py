@@ -18,6 +18,7 @@ import ast
 import difflib
 import importlib.metadata
 import importlib.util
+import os
 import re
 import sys
 from functools import cache
@@ -31,13 +32,26 @@ from packaging.utils import canonicalize_name
 from gym_serve.errors import EnvError
 
 __all__ = [
+    "AGENTS",
     "INSTALL",
     "PREFIX",
+    "SERVERS",
+    "agent_config_defaults",
+    "agent_dir",
+    "agent_of",
+    "agents_root",
+    "available_agents",
     "available_servers",
     "check_server",
+    "class_name_of",
     "data_dir",
     "entrypoint",
+    "entrypoint_of",
     "hosted_name",
+    "is_gymnasium",
+    "missing_modules",
+    "requirements",
+    "model_references",
     "server_class_name",
     "server_config_defaults",
     "server_dir",
@@ -53,7 +67,9 @@ INSTALL = (
     " holds the dependencies it needs)"
 )
 
-_NEMO_GYM_TOP_LEVEL = {"nemo_gym", "resources_servers", "responses_api_agents", "responses_api_models"}
+SERVERS = "resources_servers"
+AGENTS = "responses_api_agents"
+_NEMO_GYM_TOP_LEVEL = {"nemo_gym", SERVERS, AGENTS, "responses_api_models"}
 
 
 def hosted_name(server: str) -> str:
@@ -76,7 +92,16 @@ def server_name(environment: str) -> str | None:
 
 def servers_root() -> Path:
     """The installed `resources_servers` folder (a namespace package: locating it runs no code)."""
-    spec = importlib.util.find_spec("resources_servers")
+    return _root(SERVERS)
+
+
+def agents_root() -> Path:
+    """The installed `responses_api_agents` folder: NeMo Gym's agents."""
+    return _root(AGENTS)
+
+
+def _root(package: str) -> Path:
+    spec = importlib.util.find_spec(package)
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     if not locations:
         raise EnvError(f"NeMo Gym is not installed, so no NeMo Gym server can be hosted; install it: {INSTALL}")
@@ -85,8 +110,17 @@ def servers_root() -> Path:
 
 def available_servers() -> list[str]:
     """The names of the installed servers (folders with a server entrypoint)."""
+    return _available(SERVERS)
+
+
+def available_agents() -> list[str]:
+    """The names of NeMo Gym's installed agents."""
+    return _available(AGENTS)
+
+
+def _available(package: str) -> list[str]:
     try:
-        root = servers_root()
+        root = _root(package)
     except EnvError:
         return []
     return sorted(d.name for d in root.iterdir() if d.is_dir() and (d / _entrypoint_name(d)).is_file())
@@ -94,18 +128,24 @@ def available_servers() -> list[str]:
 
 def server_dir(server: str) -> Path:
     """The folder of an installed server; an unknown name gets the nearest known ones."""
-    root = servers_root()
-    path = root / server
-    if "/" not in server and server and (path / _entrypoint_name(path)).is_file():
+    return _folder(SERVERS, server)
+
+
+def agent_dir(agent: str) -> Path:
+    """The folder of one of NeMo Gym's installed agents; an unknown name gets the nearest known ones."""
+    return _folder(AGENTS, agent)
+
+
+def _folder(package: str, name: str) -> Path:
+    root = _root(package)
+    path = root / name
+    if "/" not in name and name and (path / _entrypoint_name(path)).is_file():
         return path
-    known = available_servers()
-    close = difflib.get_close_matches(server, known, n=3, cutoff=0.5)
-    hint = (
-        f"did you mean {', '.join(f'`{c}`' for c in close)}?"
-        if close
-        else f"{len(known)} servers are installed in {root}"
-    )
-    raise EnvError(f"unknown NeMo Gym server `{server}`: {hint}")
+    known = _available(package)
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(f'`{c}`' for c in close)}?" if close else f"{len(known)} are installed in {root}"
+    what = "server" if package == SERVERS else "agent"
+    raise EnvError(f"unknown NeMo Gym {what} `{name}`: {hint}")
 
 
 def data_dir(server: str) -> Path:
@@ -115,17 +155,38 @@ def data_dir(server: str) -> Path:
 
 def entrypoint(server: str) -> Path:
     """The server's module file (`app.py` unless its config names another)."""
-    path = server_dir(server)
-    return path / _entrypoint_name(path)
+    return entrypoint_of(server_dir(server))
+
+
+def entrypoint_of(folder: Path) -> Path:
+    """The module file of the NeMo Gym server (or agent) in `folder`."""
+    return folder / _entrypoint_name(folder)
 
 
 def server_class_name(server: str) -> str:
     """The server's class: the one its entrypoint runs (`if __name__ == "__main__": X.run_webserver()`)."""
-    path = entrypoint(server)
+    return class_name_of(entrypoint(server))
+
+
+def class_name_of(path: Path) -> str:
+    """The class a NeMo Gym entrypoint file runs (`X.run_webserver()`)."""
     found = re.findall(r"^\s+(\w+)\.run_webserver\(\)", path.read_text(), flags=re.MULTILINE)
     if len(found) != 1:
         raise EnvError(f"{path}: cannot tell which class is the server (expected one `X.run_webserver()`)")
     return found[0]
+
+
+def is_gymnasium(server: str) -> bool:
+    """Whether the server is Gymnasium-style (`/reset`, `/step`): its class derives from NeMo Gym's
+    `GymnasiumServer` (read from its entrypoint, nothing imported)."""
+    path = entrypoint(server)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    name = server_class_name(server)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
+            return "GymnasiumServer" in bases
+    return False
 
 
 def server_config_defaults(server: str) -> dict[str, Any]:
@@ -136,7 +197,69 @@ def server_config_defaults(server: str) -> dict[str, Any]:
     return dict(_config_block(server_dir(server)))
 
 
-def check_server(server: str) -> list[str]:
+def agent_config_defaults(agent: str) -> dict[str, Any]:
+    """The agent's own config block as NeMo Gym ships it (`configs/*.yaml`, `responses_api_agents: {<agent>: ...}`)."""
+    return dict(_config_block(agent_dir(agent)))
+
+
+def agent_of(instance: str) -> str | None:
+    """The NeMo Gym agent (its folder) behind an agent instance named in NeMo Gym's shipped configs (a row's
+    `agent_ref.name`, e.g. `blackjack_gymnasium_agent` → `gymnasium_agent`), following `_inherit_from`."""
+    seen: set[str] = set()
+    while instance and instance not in seen:
+        seen.add(instance)
+        entry = _shipped_instances().get(instance)
+        if not isinstance(entry, dict):
+            return None
+        agents = entry.get(AGENTS)
+        if isinstance(agents, dict) and agents:
+            return str(next(iter(agents)))
+        instance = str(entry.get("_inherit_from") or "")
+    return None
+
+
+@cache
+def _shipped_instances() -> dict[str, Any]:
+    """Every top-level instance of NeMo Gym's shipped configs (servers' `configs/`, `benchmarks/`): name → block."""
+    root = _root(SERVERS).parent
+    instances: dict[str, Any] = {}
+    files = sorted(root.glob(f"{SERVERS}/*/configs/*.yaml")) + sorted(root.glob("benchmarks/*/*.yaml"))
+    for file in files:
+        try:
+            raw = yaml.safe_load(_with_env_defaults(file.read_text()))
+        except (OSError, yaml.YAMLError):
+            continue
+        for name, entry in (raw or {}).items() if isinstance(raw, dict) else ():
+            instances.setdefault(str(name), entry)
+    return instances
+
+
+def model_references(config: dict[str, Any]) -> dict[str, str]:
+    """The model servers a server's (or agent's) config names: config key path → NeMo Gym server name.
+
+    A reference is a `{type: responses_api_models, name: ...}` block, NeMo Gym's `ModelServerRef`.
+
+    >>> model_references({"judge_model_server": {"type": "responses_api_models", "name": "judge_model"}, "x": 1})
+    {'judge_model_server': 'judge_model'}
+    """
+    found: dict[str, str] = {}
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict):
+            if value.get("type") == "responses_api_models" and isinstance(value.get("name"), str):
+                found[path] = value["name"]
+                return
+            for key, item in value.items():
+                walk(item, f"{path}.{key}" if path else str(key))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                walk(item, f"{path}[{i}]")
+
+    walk(config, "")
+    return found
+
+
+def check_server(server: str, *, installing: bool = False) -> list[str]:
     """The deploy-time check of a hosted server: raises `EnvError` if it cannot run here; returns warnings.
 
     Errors: unknown server, NeMo Gym not installed, an `openai` other than NeMo
@@ -145,18 +268,21 @@ def check_server(server: str) -> list[str]:
     a requirement that is not installed but not imported at load time either
     (some servers import lazily, others list what only their data scripts use),
     an installed package whose version differs from the server's pin.
+    `installing`: the server's packages are installed into an environment of
+    its own (`gym_serve.environment.nemo_gym.requirements`), so what is missing
+    here is not an error.
     """
     path = server_dir(server)
     _check_openai()
-    requirements = _requirements(path)
-    missing = _missing_modules(path)
+    listed = requirements(path)
+    missing = [] if installing else missing_modules_in(path)
     if missing:
         raise not_installed(path, missing)
     warnings = []
-    for line, requirement in requirements:
+    for line, requirement in listed:
         pinned = [s.version for s in requirement.specifier if s.operator == "=="]
         installed = _installed_version(requirement.name)
-        if installed is None:
+        if installed is None and not installing:
             warnings.append(f"`{server}` requires {line}, which is not installed (not imported when it loads)")
         elif pinned and installed not in pinned:
             warnings.append(f"`{server}` pins {line}; {installed} is installed")
@@ -166,8 +292,8 @@ def check_server(server: str) -> list[str]:
 def not_installed(path: Path, modules: list[str]) -> EnvError:
     """The error for a server (in folder `path`) that imports `modules`, which are not installed here: each named
     with the line of the server's `requirements.txt` that provides it, where one does."""
-    requirements = _requirements(path)
-    wanted = [_package_for(module, requirements) for module in modules]
+    listed = requirements(path)
+    wanted = [_package_for(module, listed) for module in modules]
     return EnvError(
         f"NeMo Gym server `{path.name}` imports what is not installed here: {'; '.join(wanted)}. "
         f"Its requirements: {path / 'requirements.txt'}"
@@ -180,19 +306,34 @@ def _entrypoint_name(path: Path) -> str:
 
 @cache
 def _config_block(path: Path) -> dict[str, Any]:
+    """`path`'s block in its shipped configs: `<instance>: {<package>: {<folder>: {...}}}`."""
+    package = path.parent.name
     configs = path / "configs"
     files = sorted(configs.glob("*.yaml")) if configs.is_dir() else []
     preferred = configs / f"{path.name}.yaml"
     for file in ([preferred] if preferred in files else []) + files:
         try:
-            raw = yaml.safe_load(file.read_text())
+            raw = yaml.safe_load(_with_env_defaults(file.read_text()))
         except (OSError, yaml.YAMLError):
             continue
         for entry in (raw or {}).values() if isinstance(raw, dict) else ():
-            block = entry.get("resources_servers") if isinstance(entry, dict) else None
+            block = entry.get(package) if isinstance(entry, dict) else None
             if isinstance(block, dict) and isinstance(block.get(path.name), dict):
                 return block[path.name]
     return {}
+
+
+_ENV_INTERPOLATION = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^}]*))?\}")
+
+
+def _with_env_defaults(text: str) -> str:
+    """A config file's `${oc.env:NAME,default}` values resolved as NeMo Gym's config loader resolves them: the
+    variable where it is set, else the default (a YAML scalar), else null.
+
+    >>> _with_env_defaults("port: ${oc.env:GYM_SERVE_DOCTEST_UNSET,6000}")
+    'port: 6000'
+    """
+    return _ENV_INTERPOLATION.sub(lambda m: os.environ.get(m[1]) or (m[2] or "null").strip(), text)
 
 
 def _check_openai() -> None:
@@ -212,7 +353,7 @@ def _check_openai() -> None:
                 )
 
 
-def _requirements(path: Path) -> list[tuple[str, Requirement]]:
+def requirements(path: Path) -> list[tuple[str, Requirement]]:
     """`(line, requirement)` of the server's `requirements.txt`, NeMo Gym itself left out; URLs named by project."""
     file = path / "requirements.txt"
     lines = file.read_text().splitlines() if file.is_file() else []
@@ -238,7 +379,12 @@ def _installed_version(distribution: str) -> str | None:
         return None
 
 
-def _missing_modules(path: Path) -> list[str]:
+def missing_modules(server: str) -> list[str]:
+    """Top-level modules the server's own files import at load time that cannot be found here."""
+    return missing_modules_in(server_dir(server))
+
+
+def missing_modules_in(path: Path) -> list[str]:
     """Top-level modules the server's own files import at load time that cannot be found here."""
     local = {p.stem for p in path.iterdir() if p.suffix == ".py" or (p.is_dir() and not p.name.startswith("."))}
     seen: set[str] = set()

@@ -21,6 +21,16 @@ NeMo Gym's `simple_agent` semantics:
   `reward`, `mask_sample`, `failure_kind`, `failure_reason` and the server's
   own fields land on the rollout row.
 
+Servers it calls. A server that calls another by name (a judge model,
+`judge_model_server: {name: judge_model}`) reaches what `routes` gives that
+name (`gym_serve.environment.nemo_gym.routes`): in a deployment, a Model-tier
+application through its handle. A verify during which such a model call
+failed is `judge_failed`, whatever the server made of the failure.
+
+NeMo Gym's own agents (`gym_serve.environment.nemo_gym.agents`) call the server
+over its HTTP protocol instead: `http` answers one such call, the rollout's
+session named by a cookie the host sets at `/seed_session` (or `/reset`).
+
 Sessions. NeMo Gym ties a rollout's calls together with a signed session
 cookie (its session middleware pair) and keeps the rollout's state in the
 server process's memory, keyed by the session's id. Each seeded rollout gets a
@@ -37,36 +47,31 @@ accepts NeMo Gym's cookie close (`POST /close_session` with an empty body,
 which servers that seed through `/run` implement), closes it on the server.
 Other servers never free what they keep per legacy session, under NeMo Gym too.
 
-Importing `nemo_gym` changes the importing process; this module imports it
-only when a server is built (in an Environment replica) and puts back what the
-import changed (`sys.path`, `print`, environment variables), see `_contained`.
+Gymnasium-style servers (`/reset`, `/step`) are hosted by `GymnasiumHost`
+(`gym_serve.environment.nemo_gym.gymnasium`); `hosted_server` picks the host a
+server needs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import builtins
-import contextlib
-import importlib
 import inspect
 import json
 import logging
-import os
-import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 
 from gym_serve.environment.nemo_gym import catalog
+from gym_serve.environment.nemo_gym.inprocess import asgi_post, build, excerpt
+from gym_serve.environment.nemo_gym.routes import Routes, scope, with_response_defaults
 from gym_serve.environment.runner import EnvInfo
 from gym_serve.errors import EnvError, JudgeError, SessionLostError, VerifierTimeoutError, VerifyError
 
-__all__ = ["NemoGymServer"]
+__all__ = ["SESSION_COOKIE", "NemoGymServer", "hosted_server"]
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +81,22 @@ PROTOCOL_ROUTES = frozenset({"seed_session", "close_session", "verify", "aggrega
 NOT_FOUND = '{"detail":"Not Found"}'
 """What an unknown tool answers (FastAPI's 404 body), and what a protocol route called as a tool gets."""
 
+SESSION_COOKIE = "_gs_session"
+"""The cookie naming a rollout's session in calls over the server's HTTP protocol (`NemoGymServer.http`)."""
+
+SESSION_STARTS = frozenset({"/seed_session", "/reset"})
+SESSION_ENDS = frozenset({"/verify", "/close"})
+
 _SWEEP_EVERY_S = 60.0
+
+
+def hosted_server(server: str, config: dict[str, Any] | None = None, **options: Any) -> NemoGymServer:
+    """The host `server` needs: `GymnasiumHost` for a Gymnasium-style server, else `NemoGymServer`."""
+    if catalog.is_gymnasium(server):
+        from gym_serve.environment.nemo_gym.gymnasium import GymnasiumHost
+
+        return GymnasiumHost(server, config, **options)
+    return NemoGymServer(server, config, **options)
 
 
 @dataclass
@@ -84,6 +104,7 @@ class _Session:
     data: dict[str, Any]  # the server's `request.session`
     cookies: dict[str, str] = field(default_factory=dict)
     last_used: float = field(default_factory=time.monotonic)
+    episode: dict[str, Any] = field(default_factory=dict)  # what a Gymnasium host keeps of the episode
 
 
 class NemoGymServer:
@@ -97,14 +118,24 @@ class NemoGymServer:
         verify_timeout_s: float = 120.0,
         session_idle_s: float = 1800.0,
         endpoints: dict[str, str] | None = None,
+        routes: Routes | None = None,
     ) -> None:
         for warning in catalog.check_server(server):
             log.warning("%s", warning)
         self.name = server
         self.verify_timeout_s = verify_timeout_s
         self.session_idle_s = session_idle_s
-        self.app, self.server = _build(server, config or {}, endpoints or {})
-        from nemo_gym.server_utils import SESSION_ID_KEY  # imported by `_build`
+        self.routes = routes or Routes()
+        self.app, self.server = build(
+            catalog.server_dir(server),
+            catalog.SERVERS,
+            server,
+            config or {},
+            defaults=catalog.server_config_defaults(server),
+            routes=self.routes,
+            endpoints=endpoints or {},
+        )
+        from nemo_gym.server_utils import SESSION_ID_KEY  # imported by `build`
 
         self._session_id_key = SESSION_ID_KEY
         self.closes_cookie_sessions = _accepts_cookie_close(type(self.server))
@@ -131,13 +162,13 @@ class NemoGymServer:
     async def seed(self, row: dict[str, Any]) -> dict[str, Any]:
         """Start the rollout's session: `POST /seed_session` with the whole row, as simple_agent does."""
         self._sweep()
-        session = _Session({self._session_id_key: str(uuid.uuid4())})  # as NeMo Gym's session middleware names it
+        session = self._new_session()
         try:
             status, body = await self._post("/seed_session", row, session)
         except Exception as e:
             raise EnvError(f"NeMo Gym server `{self.name}`: /seed_session raised {type(e).__name__}: {e}") from e
         if not 200 <= status < 300:
-            raise EnvError(f"NeMo Gym server `{self.name}`: /seed_session answered {status}: {_excerpt(body)}")
+            raise EnvError(f"NeMo Gym server `{self.name}`: /seed_session answered {status}: {excerpt(body)}")
         key = uuid.uuid4().hex
         self._sessions[key] = session
         return {"session": key}
@@ -159,34 +190,29 @@ class NemoGymServer:
             outputs.append({"type": "function_call_output", "call_id": call.get("call_id", ""), "output": text})
         return outputs, state
 
-    async def user_turn(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> tuple[None, Any]:
+    async def user_turn(
+        self, row: dict[str, Any], response: dict[str, Any], state: Any
+    ) -> tuple[dict[str, Any] | None, Any]:
         raise EnvError(f"NeMo Gym server `{self.name}` has no user turn")  # describe() says so: never called
 
     async def verify(self, row: dict[str, Any], response: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
         """`POST /verify` with the row plus `response`; the verify JSON, less the echoed request, is the verdict."""
         session = self._session(state)
-        body = {**row, "response": _with_response_defaults(response, row)}
-        call = asyncio.ensure_future(self._post("/verify", body, session))
+        body = {**row, "response": with_response_defaults(response, row.get("responses_create_params") or {})}
         try:
-            done, _ = await asyncio.wait({call}, timeout=self.verify_timeout_s)
-            if not done:
-                self._abandon(call)
-                raise VerifierTimeoutError(
-                    f"NeMo Gym server `{self.name}`: /verify did not answer within {self.verify_timeout_s:g} s "
-                    f"(a judge it calls may be down: NeMo Gym retries a refused connection forever)"
-                )
-            status, raw = call.result()
-        except VerifyError:
-            raise
-        except Exception as e:
-            raise VerifyError(f"NeMo Gym server `{self.name}`: /verify raised {type(e).__name__}: {e}") from e
+            status, raw = await self._verify_call(body, session)
         finally:
             await self._end(state["session"])
         if not 200 <= status < 300:
-            raise VerifyError(f"NeMo Gym server `{self.name}`: /verify answered {status}: {_excerpt(raw)}")
+            raise VerifyError(f"NeMo Gym server `{self.name}`: /verify answered {status}: {excerpt(raw)}")
+        return self.verdict(raw)
+
+    def verdict(self, raw: bytes) -> dict[str, Any]:
+        """The rollout's verdict from a 2xx verify answer; one without a reward, or marked by NeMo Gym's judge
+        failsafe (`_ng_failure_class`), fails the rollout."""
         verdict = orjson.loads(raw)
         if not isinstance(verdict, dict) or not isinstance(verdict.get("reward"), int | float):
-            raise VerifyError(f"NeMo Gym server `{self.name}`: /verify answered no reward: {_excerpt(raw)}")
+            raise VerifyError(f"NeMo Gym server `{self.name}`: /verify answered no reward: {excerpt(raw)}")
         if verdict.get("_ng_failure_class"):
             raise JudgeError(
                 f"NeMo Gym server `{self.name}`: {verdict['_ng_failure_class']}: "
@@ -195,6 +221,83 @@ class NemoGymServer:
         for echoed in ("responses_create_params", "response"):
             verdict.pop(echoed, None)
         return verdict
+
+    async def _verify_call(self, body: dict[str, Any], session: _Session) -> tuple[int, bytes]:
+        """`POST /verify` within our deadline; a model call (a judge) that failed under it is `judge_failed`."""
+        with scope() as failed:
+            call = asyncio.ensure_future(self._post("/verify", body, session))
+        try:
+            done, _ = await asyncio.wait({call}, timeout=self.verify_timeout_s)
+            if not done:
+                self._abandon(call)
+                raise VerifierTimeoutError(
+                    f"NeMo Gym server `{self.name}`: /verify did not answer within {self.verify_timeout_s:g} s "
+                    f"(a judge it calls may be down: NeMo Gym retries a refused connection forever)"
+                )
+            answer = call.result()
+        except VerifyError:
+            raise
+        except Exception as e:
+            if failed:
+                raise self._judge_failed(failed) from e
+            raise VerifyError(f"NeMo Gym server `{self.name}`: /verify raised {type(e).__name__}: {e}") from e
+        if failed:
+            raise self._judge_failed(failed)
+        return answer
+
+    def _judge_failed(self, failed: list[BaseException]) -> JudgeError:
+        first = failed[0]
+        return JudgeError(
+            f"NeMo Gym server `{self.name}`: judge_failed: {len(failed)} model call(s) of its verify failed, "
+            f"the first with {type(first).__name__}: {first}"
+        )
+
+    async def http(self, path: str, body: bytes, cookies: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
+        """One call of a NeMo Gym agent to the server, over its HTTP protocol: `(status, body, cookies)`.
+
+        `/seed_session` (or a Gymnasium `/reset`) starts a session and names it in
+        the `SESSION_COOKIE` it sets; later calls carrying that cookie run in that
+        session, which `/verify` (or `/close`) ends. An exception answers 500 with
+        its repr, as NeMo Gym's exception middleware does; a verify whose judge call
+        failed raises `JudgeError` (the agent's rollout fails `judge_failed`).
+        """
+        self._sweep()
+        if path in SESSION_STARTS:
+            key, session = uuid.uuid4().hex, self._new_session()
+        elif SESSION_COOKIE in cookies:
+            key = cookies[SESSION_COOKIE]
+            session = self._session({"session": key})
+        else:
+            key, session = None, self._new_session()  # a call outside any rollout (e.g. /aggregate_metrics)
+        payload = orjson.loads(body) if body else {}
+        try:
+            if path == "/verify":
+                status, raw = await self._verify_call(payload, session)
+            else:
+                status, raw = await self._post(path, payload, session)
+        except (JudgeError, VerifierTimeoutError):
+            await self._end_http(key, path)
+            raise
+        except Exception as e:
+            status, raw = 500, self._tool_failure(path.lstrip("/"), e).encode()
+        set_cookies = {}
+        if path in SESSION_STARTS and 200 <= status < 300 and key is not None:
+            self._sessions[key] = session
+            set_cookies[SESSION_COOKIE] = key
+        elif key is not None and (path in SESSION_ENDS or self.ends_session(path, raw)):
+            await self._end_http(key, path)
+        return status, raw, set_cookies
+
+    def ends_session(self, path: str, raw: bytes) -> bool:
+        """Whether an answer over the HTTP protocol ends its rollout's session (besides `/verify` and `/close`)."""
+        return False
+
+    async def _end_http(self, key: str | None, path: str) -> None:
+        if key is not None:
+            await self._end(key)
+
+    def _new_session(self) -> _Session:
+        return _Session({self._session_id_key: str(uuid.uuid4())})  # as NeMo Gym's session middleware names it
 
     def _abandon(self, call: asyncio.Future[Any]) -> None:
         """Stop waiting for a verify past its deadline. NeMo Gym's judge retry loop does not stop when cancelled
@@ -262,230 +365,7 @@ class NemoGymServer:
         return status, body
 
 
-async def asgi_post(
-    app: Any, path: str, body: bytes, cookies: dict[str, str], session: dict[str, Any] | None = None
-) -> tuple[int, bytes, dict[str, str]]:
-    """POST `body` (JSON) to an ASGI app in this process: `(status, response body, cookies it set)`.
-
-    `session` is the request's `request.session` (what Starlette's session middleware would have decoded from
-    the session cookie), the same dict from call to call of one rollout.
-    """
-    headers = [
-        (b"host", b"nemo-gym.local"),
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-    ]
-    if cookies:
-        headers.append((b"cookie", "; ".join(f"{k}={v}" for k, v in cookies.items()).encode()))
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": headers,
-        "client": ("127.0.0.1", 0),
-        "server": ("nemo-gym.local", 80),
-    }
-    if session is not None:
-        scope["session"] = session
-    answered = asyncio.Event()
-    request_sent = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal request_sent
-        if not request_sent:
-            request_sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await answered.wait()  # the client "disconnects" only once the whole response is in
-        return {"type": "http.disconnect"}
-
-    status = 500
-    set_cookies: dict[str, str] = {}
-    chunks: list[bytes] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-            for name, value in message.get("headers", []):
-                if name.lower() == b"set-cookie":
-                    cookie_name, _, rest = value.decode().partition("=")
-                    set_cookies[cookie_name] = rest.split(";", 1)[0]
-        elif message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                answered.set()
-
-    try:
-        await app(scope, receive, send)
-    finally:
-        answered.set()
-    return status, b"".join(chunks), set_cookies
-
-
-def _build(server: str, config: dict[str, Any], endpoints: dict[str, str]) -> tuple[Any, Any]:
-    """The server object and its app, as NeMo Gym's `run_webserver` builds them, minus uvicorn and the head server.
-
-    What `run_webserver` adds after `setup_webserver` and is kept: the liveness
-    routes and the validation handler. Its exception middleware (an HTTP
-    middleware: ~0.4 ms of CPU per call here, a quarter of a call's cost) is
-    replaced by the host's handling of what it handles, with the same answers
-    (`NemoGymServer._tool_failure`). Its session middleware pair is replaced by
-    the host's session dicts (see the module docstring). Left out: uvicorn,
-    telemetry, profiling, MCP exposure, ulimits.
-    """
-    with _contained(catalog.server_dir(server)):
-        from fastapi.exceptions import RequestValidationError
-        from nemo_gym.config_types import BaseServerConfig
-        from nemo_gym.server_utils import ServerClient, _validation_exception_handler
-        from omegaconf import OmegaConf
-
-        module = importlib.import_module(f"resources_servers.{server}.{catalog.entrypoint(server).stem}")
-    cls = getattr(module, catalog.server_class_name(server))
-    config_cls = cls.model_fields["config"].annotation
-    fields = set(config_cls.model_fields)
-    unknown = sorted(set(config) - fields)
-    if unknown:
-        raise EnvError(
-            f"NeMo Gym server `{server}` has no config field {', '.join(f'`{k}`' for k in unknown)}; "
-            f"its fields: {', '.join(sorted(fields - _ADDRESS_FIELDS))}"
-        )
-    shipped = {k: v for k, v in catalog.server_config_defaults(server).items() if k in fields}
-    values = {**shipped, **config, "name": server, "host": "127.0.0.1", "port": 0}
-    values.setdefault("entrypoint", catalog.entrypoint(server).name)
-    try:
-        server_config = config_cls.model_validate(values)
-    except Exception as e:
-        raise EnvError(f"NeMo Gym server `{server}`: its config does not validate: {e}") from e
-    global_config = _global_config(endpoints)
-    _give_process_global_config(global_config)
-    client = ServerClient(
-        head_server_config=BaseServerConfig(host="127.0.0.1", port=0),  # never contacted
-        global_config_dict=OmegaConf.create(global_config),
-    )
-    try:
-        instance = cls(config=server_config, server_client=client)
-        app = instance.setup_webserver()
-    except ModuleNotFoundError as e:  # some servers import their packages only when they start
-        raise catalog.not_installed(catalog.server_dir(server), [_top_module(e)]) from e
-    app.user_middleware = [m for m in app.user_middleware if not _carries_session_cookie(m)]
-    instance.setup_liveness(app)
-    app.exception_handler(RequestValidationError)(_validation_exception_handler)
-    return app, instance
-
-
-def _carries_session_cookie(middleware: Any) -> bool:
-    """NeMo Gym's session middleware pair: Starlette's signed session cookie, and `add_session_id` (an HTTP
-    middleware) naming the session. In process, the host hands each call its session dict instead
-    (`asgi_post(session=...)`), with the id `add_session_id` would give it: the server sees the same
-    `request.session`, without a signed cookie to encode and decode and an HTTP middleware's task group per call.
-    """
-    from starlette.middleware.base import BaseHTTPMiddleware
-    from starlette.middleware.sessions import SessionMiddleware
-
-    if middleware.cls is SessionMiddleware:
-        return True
-    dispatch = middleware.kwargs.get("dispatch")
-    return middleware.cls is BaseHTTPMiddleware and getattr(dispatch, "__name__", "") == "add_session_id"
-
-
-_ADDRESS_FIELDS = {"name", "host", "port", "entrypoint", "num_workers"}
-
-
-def _global_config(endpoints: dict[str, str]) -> dict[str, Any]:
-    """NeMo Gym's global config as its `ServerClient` reads it: server name → `{host, port}`, three levels down.
-
-    A server that calls another NeMo Gym server by name (an LLM judge: a model
-    server's `/v1/responses`) reaches the base URL `endpoints` gives that name.
-    """
-    config = {}
-    for name, url in endpoints.items():
-        parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname or parts.path.strip("/"):
-            raise EnvError(f"endpoint `{name}`: expected http://HOST:PORT, got `{url}`")
-        config[name] = {"responses_api_models": {"endpoint": {"host": parts.hostname, "port": parts.port or 80}}}
-    return config
-
-
-def _give_process_global_config(global_config: dict[str, Any]) -> None:
-    """Give this process NeMo Gym's global config the way its CLI gives each server process it starts one.
-
-    Code in NeMo Gym and in servers reads it (its aiohttp client, judges,
-    sandboxes); without one, the first read parses `sys.argv` as Hydra overrides
-    (a Ray worker's arguments). The first server built in a process sets it.
-    """
-    from nemo_gym.global_config import NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME, maybe_get_global_config_dict
-
-    if maybe_get_global_config_dict() is None:
-        os.environ[NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME] = json.dumps(global_config)
-
-
 def _accepts_cookie_close(cls: Any) -> bool:
     """Whether the server closes a `/run`-seeded session on `POST /close_session` with an empty body."""
     body = inspect.signature(cls.close_resources_session).parameters.get("body")
     return body is not None and body.default is not inspect.Parameter.empty
-
-
-@contextlib.contextmanager
-def _contained(server_dir: Any) -> Iterator[None]:
-    """Import NeMo Gym and a server, then put back what `import nemo_gym` changes process-wide.
-
-    It rewrites `sys.path` (its roots first, the working directory and
-    site-packages last), replaces `builtins.print` with an always-flushing one,
-    and sets `TOKENIZERS_PARALLELISM`, `HF_HOME` and `HF_DATASETS_CACHE` (to a
-    `cache/` folder in the working directory). Servers import sibling modules by
-    bare name, so the server's folder is on `sys.path` while it is imported; some
-    read NeMo Gym's global config at import, which parses `sys.argv` as Hydra
-    overrides, so the import sees no arguments.
-    """
-    path, argv, printer, environ = list(sys.path), list(sys.argv), builtins.print, dict(os.environ)
-    sys.path.insert(0, str(server_dir))
-    sys.argv[1:] = []
-    try:
-        import nemo_gym  # noqa: F401  (its side effects happen here, and are undone below)
-
-        yield
-    except ModuleNotFoundError as e:  # imported where the deploy-time check's reading of the server cannot see
-        raise catalog.not_installed(server_dir, [_top_module(e)]) from e
-    except Exception as e:  # a server failing at import
-        raise EnvError(f"cannot import the NeMo Gym server in {server_dir}: {type(e).__name__}: {e}") from e
-    finally:
-        sys.path[:] = path
-        sys.argv[:] = argv
-        builtins.print = printer
-        for key in set(os.environ) - set(environ):
-            del os.environ[key]
-        os.environ.update(environ)
-
-
-def _top_module(e: ModuleNotFoundError) -> str:
-    return (e.name or str(e)).split(".")[0]
-
-
-def _with_response_defaults(response: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
-    """The episode's response with the fields a Responses object must have, where the model tier left them out.
-
-    NeMo Gym validates `response` as an OpenAI `Response`; a replayed or
-    synthetic model answers with fewer fields than the OpenAI API does.
-    """
-    params = row.get("responses_create_params") or {}
-    defaults = {
-        "id": "resp_gym_serve",
-        "object": "response",
-        "created_at": 0.0,
-        "model": params.get("model") or "unknown",
-        "parallel_tool_calls": params.get("parallel_tool_calls", True),
-        "tool_choice": params.get("tool_choice", "auto"),
-        "tools": params.get("tools") or [],
-    }
-    return {**defaults, **{k: v for k, v in response.items() if v is not None or k not in defaults}}
-
-
-def _excerpt(body: bytes, limit: int = 500) -> str:
-    text = body.decode(errors="replace")
-    return text if len(text) <= limit else text[:limit] + "..."
