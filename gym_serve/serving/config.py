@@ -456,13 +456,25 @@ class AppSpec(BaseModel):
         return validate_app_args(args, source=source, app=self.name)
 
 
+_UNION_TAGS = {"environment": ("gym_serve", "nemo_gym"), "agent": ("loop", "harness")}
+
+
+def _untagged(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """A location without the tag pydantic puts after a tagged union's field (`agent.loop.max_step` is
+    `agent.max_step` in the file the user wrote)."""
+    if len(loc) > 1 and loc[1] in _UNION_TAGS.get(str(loc[0]), ()):
+        return (loc[0], *loc[2:])
+    return loc
+
+
 def validate_app_args(args: dict[str, Any], *, source: str, app: str) -> AppArgs:
     """Validate `args`, turning the first problem into an error that names file and key."""
     try:
         parsed = AppArgs.model_validate(args)
     except ValidationError as e:
         err = e.errors()[0]
-        raise ConfigError(err["msg"], source=source, key=f"applications[{app}].args.{field_path(err['loc'])}") from e
+        key = f"applications[{app}].args.{field_path(_untagged(err['loc']))}"
+        raise ConfigError(err["msg"], source=source, key=key) from e
     environment = parsed.environment
     try:
         if isinstance(environment, NemoGymEnvironmentArgs):
