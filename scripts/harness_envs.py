@@ -20,7 +20,6 @@ background by `.ci/run`. Standard library only.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -28,11 +27,10 @@ import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trainer_envs import CACHE, _building, pyenv_python  # noqa: E402  (a script beside this one)
+from trainer_envs import CACHE, _building, cli, pyenv_python, wait_built  # noqa: E402  (a script beside this one)
 
 SPECS: dict[str, list[list[str]]] = {
     "openai_agents": [
@@ -98,45 +96,11 @@ def _filled(word: str, places: dict[str, str]) -> str:
 
 def path(name: str, wait_s: float) -> Path:
     """`name`'s folder, waiting up to `wait_s` for a build in progress; SystemExit naming the log if none."""
-    target, lock = env_dir(name), env_dir(name).with_suffix(".building")
-    deadline = time.monotonic() + wait_s
-    while not (target / "gym-serve-env.json").exists() and _building(lock) and time.monotonic() < deadline:
-        time.sleep(2)
-    if not (target / "gym-serve-env.json").exists():
-        state = "is still building" if _building(lock) else "was not built (or its build failed)"
-        raise SystemExit(
-            f"the {name} harness {state}: expected at {target}; build log {target.with_suffix('.log')}; "
-            f"build it with `python3 scripts/harness_envs.py build {name}`"
-        )
-    return target
+    return wait_built(env_dir(name), wait_s, what=f"the {name} harness", script="harness_envs.py")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    build_parser = commands.add_parser("build")
-    build_parser.add_argument("names", nargs="*", help=f"of {', '.join(SPECS)} (all by default)")
-    path_parser = commands.add_parser("path")
-    path_parser.add_argument("name", choices=list(SPECS))
-    path_parser.add_argument("--wait", type=float, default=0.0)
-    args = parser.parse_args()
-    if args.command == "path":
-        print(path(args.name, args.wait))
-        return
-    names = args.names or list(SPECS)
-    unknown = set(names) - set(SPECS)
-    if unknown:
-        parser.error(f"no harness {', '.join(sorted(unknown))} (there are {', '.join(SPECS)})")
-    with ThreadPoolExecutor(len(names)) as pool:
-        futures = [pool.submit(build, name) for name in names]
-    failed = False
-    for future in futures:
-        try:
-            print(future.result(), flush=True)
-        except SystemExit as e:
-            print(e, file=sys.stderr, flush=True)
-            failed = True
-    sys.exit(1 if failed else 0)
+    cli(__doc__, list(SPECS), build, path, what="harness")
 
 
 if __name__ == "__main__":
