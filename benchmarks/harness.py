@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import platform
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from ray import serve
 from gym_serve.collect.job import CollectJob
 from gym_serve.serving import deploy as serving
 from gym_serve.serving.config import AppSpec
+from gym_serve.testing.processes import cpu_seconds_by_process, spent_since
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -40,6 +42,16 @@ def start() -> None:
     """A local Ray instance with Serve (no HTTP proxy)."""
     serving.connect("local")
     serve.start(proxy_location="Disabled")
+
+
+def start_with_http() -> int:
+    """A local Ray instance with Serve's HTTP proxy on a free port of 127.0.0.1; returns the port."""
+    serving.connect("local")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    return port
 
 
 def deploy(*apps: dict[str, Any]) -> None:
@@ -71,6 +83,30 @@ def weather_app(
                 "recordings": ["example_single_tool_call"],
                 **model,
                 "deployment": {**ZERO_CPU, **(model_deployment or {})},
+            },
+        },
+    }
+
+
+def heavy_tailed_app(
+    name: str, *, min_tokens: int, alpha: float, max_tokens: int, seconds_per_token: float, error_rate: float = 0.0
+) -> dict[str, Any]:
+    """`example_multi_step` (3 to 5 model turns) on the synthetic model, its response lengths Pareto-distributed
+    (shape `alpha` above `min_tokens`, capped at `max_tokens`), as a Serve config entry."""
+    lengths = {"distribution": "pareto", "min_tokens": min_tokens, "alpha": alpha, "max_tokens": max_tokens}
+    return {
+        "name": name,
+        "route_prefix": None,
+        "import_path": "gym_serve.deployments.app:build_app",
+        "args": {
+            "environment": {"name": "example_multi_step", "deployment": ZERO_CPU},
+            "agent": {"deployment": ZERO_CPU},
+            "model": {
+                "kind": "synthetic",
+                "error_rate": error_rate,
+                "lengths": lengths,
+                "seconds_per_token": seconds_per_token,
+                "deployment": ZERO_CPU,
             },
         },
     }
@@ -127,16 +163,17 @@ def rows_file(path: Path, n: int, *, source: Path = WEATHER_ROWS) -> Path:
 def collect(job: dict[str, Any], *, sample_every_s: float = 0.5) -> tuple[dict[str, Any], list[dict[str, float]]]:
     """Run one collection in a `RolloutDriver` actor; returns its summary and progress samples over time.
 
-    Samples carry time, rollouts done, in flight and the driver's RSS, so a benchmark can take the
-    steady-state rate (the middle of the run, without ramp-up and drain) and check memory stays flat.
-    The summary gains `cpu_s`: CPU seconds of every Ray process during the collection.
+    Samples carry time, rollouts done, in flight, the driver's RSS and the machine's used memory, so a benchmark
+    can take the steady-state rate (the middle of the run, without ramp-up and drain) and check memory stays flat.
+    The summary gains `cpu_s`: CPU seconds of every Ray process during the collection, and `cpu_s_by_process`:
+    the same by process title (`gym_serve.testing.processes`).
     """
     from gym_serve.collect.driver import driver_on, follow
 
     samples: list[dict[str, float]] = []
     with driver_on() as driver:
         ray.get(driver.progress.remote())  # the actor is up: its start-up is not the collection's CPU
-        cpu = cpu_times()
+        cpu, by_process = cpu_times(), cpu_seconds_by_process()
         started = time.perf_counter()
 
         def sample(progress: Any) -> None:
@@ -146,11 +183,12 @@ def collect(job: dict[str, Any], *, sample_every_s: float = 0.5) -> tuple[dict[s
                     "done": progress.rollouts + progress.failures,
                     "in_flight": progress.in_flight,
                     "rss_mb": progress.driver_rss_mb,
+                    "system_used_mb": psutil.virtual_memory().used / 2**20,
                 }
             )
 
         summary = follow(driver, CollectJob.model_validate(job), sample, every_s=sample_every_s).model_dump()
-        summary["cpu_s"] = cpu_since(cpu)
+        summary["cpu_s"], summary["cpu_s_by_process"] = cpu_since(cpu), spent_since(by_process)
     return summary, samples
 
 
@@ -271,6 +309,13 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
     lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     return "\n".join(lines)
+
+
+def checklist(rows: list[tuple[str, Any]], problems: list[str], *, ok: str) -> str:
+    """Labelled lines, then one `PROBLEM:` line per invariant that broke, or `ok` (a stress run's last words)."""
+    width = max(len(label) for label, _ in rows) + 2
+    lines = [f"{label:<{width}}{value}" for label, value in rows]
+    return "\n".join(lines + ([f"PROBLEM: {problem}" for problem in problems] or [ok]))
 
 
 def _cell(value: Any) -> str:

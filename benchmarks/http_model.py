@@ -12,6 +12,10 @@ CPU-ms per rollout over every process of the Ray instance (the fake server's CPU
 
     python benchmarks/http_model.py [--concurrency 1 16 64 256 1024] [--rollouts 2000] [--repeats 3]
 
+With `--trace FILE`, each system also runs traced (`<system>+trace`: one OpenTelemetry trace per rollout, to FILE,
+emptied before each run), alternating with its untraced runs, and the table gives traced / untraced rollouts/s:
+the cost of tracing (issue 30's target: at most 5 % at 256 in flight).
+
 Prints a table last and writes benchmarks/results/http_model-<date>.json and .png.
 """
 
@@ -46,8 +50,18 @@ def weather_app(name: str, model: dict[str, Any]) -> dict[str, Any]:
     return app
 
 
-def run_once(work: Path, app: str, concurrency: int, n: int, server: psutil.Process) -> dict[str, Any]:
+def run_once(
+    work: Path,
+    app: str,
+    concurrency: int,
+    n: int,
+    server: psutil.Process,
+    trace: str | None = None,
+    trace_sample: float = 1.0,
+) -> dict[str, Any]:
     source = harness.rows_file(work / f"in-{n}.jsonl", n)
+    if trace is not None and not trace.startswith("http"):
+        Path(trace).write_bytes(b"")
     server_cpu = _cpu(server)
     summary, _ = harness.collect(
         {
@@ -56,6 +70,8 @@ def run_once(work: Path, app: str, concurrency: int, n: int, server: psutil.Proc
             "agents": [app],
             "default_agent": app,
             "concurrency": concurrency,
+            "trace": trace,
+            "trace_sample": trace_sample,
         }
     )
     done = summary["rollouts"]
@@ -93,6 +109,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per point and system; the median is reported")
     parser.add_argument("--api", choices=["responses", "chat"], default="responses", help="what the HTTP tier speaks")
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument("--trace-sample", type=float, default=1.0, help="with --trace: the share of rollouts traced")
+    parser.add_argument(
+        "--trace",
+        metavar="FILE|URL",
+        help="also run each system traced to FILE (or an OTLP endpoint), alternating: the cost of tracing",
+    )
     parser.add_argument(
         "--serve-throughput-optimized",
         action="store_true",
@@ -112,20 +134,33 @@ def main() -> None:
         apps = {system: f"bench-{system}" for system in args.systems}
         harness.deploy(*(weather_app(app, model_config(system, base_url, args.api)) for system, app in apps.items()))
         work = Path(tempfile.mkdtemp(prefix="gym-serve-bench-"))
+        variants = {system: (app, None) for system, app in apps.items()}
+        if args.trace:
+            trace = args.trace if args.trace.startswith("http") else str(Path(args.trace).resolve())
+            variants.update({f"{system}+trace": (app, trace) for system, app in apps.items()})
         for concurrency in args.concurrency:
-            runs: dict[str, list[dict[str, Any]]] = {system: [] for system in apps}
-            for app in apps.values():  # warm up: connections, replicas' caches
-                run_once(work, app, concurrency, min(args.rollouts, 2 * concurrency + 20), server)
+            runs: dict[str, list[dict[str, Any]]] = {label: [] for label in variants}
+            for app, trace_to in variants.values():  # warm up: connections, replicas' caches
+                warm_up = min(args.rollouts, 2 * concurrency + 20)
+                run_once(work, app, concurrency, warm_up, server, trace_to, args.trace_sample)
             for _ in range(args.repeats):
-                for system, app in apps.items():  # alternate, so load from elsewhere hits both alike
-                    runs[system].append(run_once(work, app, concurrency, args.rollouts, server))
+                for label, (app, trace_to) in variants.items():  # alternate: load from elsewhere hits all alike
+                    runs[label].append(
+                        run_once(work, app, concurrency, args.rollouts, server, trace_to, args.trace_sample)
+                    )
             point = {"concurrency": concurrency, **{s: {"median": median_run(r), "runs": r} for s, r in runs.items()}}
+            for system in apps:
+                if f"{system}+trace" in point:
+                    point[f"{system}_traced_vs_untraced"] = (
+                        point[f"{system}+trace"]["median"]["rollouts_per_s"]
+                        / point[system]["median"]["rollouts_per_s"]
+                    )
             if "http" in point and "replay" in point:
                 point["ratio_http_replay"] = (
                     point["http"]["median"]["rollouts_per_s"] / point["replay"]["median"]["rollouts_per_s"]
                 )
             results.append(point)
-            for system in apps:
+            for system in variants:
                 m = point[system]["median"]
                 print(
                     f"{system:>7} c={concurrency:<5} {m['rollouts_per_s']:8.1f} rollouts/s "
@@ -134,6 +169,10 @@ def main() -> None:
                     f"(+ server {m['server_cpu_ms_per_rollout']:.2f}), failures {m['failures']}",
                     flush=True,
                 )
+            for system in apps:
+                if f"{system}_traced_vs_untraced" in point:
+                    ratio = point[f"{system}_traced_vs_untraced"]
+                    print(f"{system:>7} c={concurrency:<5} traced / untraced rollouts/s: {ratio:.3f}", flush=True)
     finally:
         process.terminate()
         process.wait(timeout=10)
@@ -147,16 +186,18 @@ def main() -> None:
             "workload": "weather task (2 model turns, 1 tool call, verify); instant OpenAI-compatible server",
             "api": args.api,
             "serve_throughput_optimized": args.serve_throughput_optimized,
+            "trace": args.trace,
+            "trace_sample": args.trace_sample,
             "rollouts_per_run": args.rollouts,
             "repeats": args.repeats,
             "load_average_at_start": load_at_start,
             "results": results,
         },
     )
-    plot(results, list(apps), base.with_suffix(".png"))
+    plot(results, list(variants), base.with_suffix(".png"))
     rows = []
     for point in results:
-        for system in apps:
+        for system in variants:
             m = point[system]["median"]
             rows.append(
                 [
@@ -169,6 +210,7 @@ def main() -> None:
                     m["cpu_ms_per_rollout"],
                     m["server_cpu_ms_per_rollout"],
                     point.get("ratio_http_replay") if system == "http" else None,
+                    point.get(f"{system.removesuffix('+trace')}_traced_vs_untraced") if "+trace" in system else None,
                 ]
             )
     print(
@@ -184,6 +226,7 @@ def main() -> None:
                 "CPU-ms",
                 "server CPU-ms",
                 "vs replay",
+                "traced/untraced",
             ],
             rows,
         )

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -53,9 +52,7 @@ def main() -> None:
         seed=args.seed,
         **({"faults": FaultRates.model_validate_json(args.faults)} if args.faults else {}),
     )
-    ray.init(address="local", include_dashboard=False, log_to_driver=False)
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    port = harness.start_with_http()
     work = Path(tempfile.mkdtemp(prefix="gym-serve-soak-"))
     report = asyncio.run(run_soak(config, work, address=ray.get_runtime_context().gcs_address, http_port=port))
     serve.shutdown()
@@ -101,9 +98,7 @@ def summary(report: SoakReport) -> str:
             f"{report.chaos.rollouts_per_s:.1f} ({report.chaos.seconds:.0f} s, resumes included)",
         ),
     ]
-    lines = [f"{label:<28} {value}" for label, value in rows]
-    lines += [f"PROBLEM: {problem}" for problem in report.problems] or ["all invariants held"]
-    return "\n".join(lines)
+    return harness.checklist(rows, report.problems, ok="all invariants held")
 
 
 def plot(report: SoakReport, path: Path) -> None:
@@ -120,12 +115,6 @@ def plot(report: SoakReport, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 if __name__ == "__main__":

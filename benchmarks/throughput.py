@@ -71,6 +71,10 @@ def run_once(work: Path, app: str, concurrency: int, n: int) -> dict[str, Any]:
         "p99_ms": 1000 * summary["latency_p99_s"],
         "driver_rss_mb_max": max(s["rss_mb"] for s in samples),
         "driver_rss_mb_first": samples[0]["rss_mb"],
+        "system_memory_used_mb_max": max(s["system_used_mb"] for s in samples),
+        "cpu_ms_per_rollout_by_process": {
+            name: round(1000 * s / done, 3) for name, s in summary["cpu_s_by_process"].items() if s > 0
+        },
     }
 
 
@@ -103,6 +107,8 @@ def measure(model: str, concurrencies: list[int], seconds: float, repeats: int, 
             f"{median['cpu_ms_per_rollout']:.2f} CPU-ms, efficiency {results[-1]['littles_law_efficiency']:.2f}",
             flush=True,
         )
+        heaviest = list(median["cpu_ms_per_rollout_by_process"].items())[:6]
+        print("      CPU-ms per rollout by process: " + ", ".join(f"{n} {ms:.2f}" for n, ms in heaviest), flush=True)
     serve.delete(app)
     return results
 

@@ -69,7 +69,9 @@ def replica_nodes() -> dict[str, Counter[str]]:
     return placed
 
 
-def sharded_collect(config: str, source: Path, repeats: int, out: Path) -> dict[str, Any]:
+def sharded_collect(
+    config: str, source: Path, repeats: int, out: Path, in_flight: int | None = None
+) -> dict[str, Any]:
     specs = load_serve_config(config)
     agents = serving.env_apps(specs)
     workers = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
@@ -80,7 +82,7 @@ def sharded_collect(config: str, source: Path, repeats: int, out: Path) -> dict[
             "agents": agents,
             "default_agent": agents[0],
             "num_repeats": repeats,
-            "concurrency": 256,
+            "concurrency": -(-in_flight // len(workers)) if in_flight else 256,
             "shard_index": i,
             "shard_count": len(workers),
         }
@@ -105,6 +107,8 @@ def sharded_collect(config: str, source: Path, repeats: int, out: Path) -> dict[
         "failures": sum(s["failures"] for s in summaries),
         "rollouts_per_shard": [s["rollouts"] for s in summaries],
         "rollouts_per_s": rollouts / elapsed,
+        "latency_p50_s": [s["latency_p50_s"] for s in summaries],
+        "driver_rss_mb": [s["driver_rss_mb"] for s in summaries],
         "outputs": [s["output_path"] for s in summaries],
     }
 
@@ -116,6 +120,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--config", default=str(REPO / "deployments" / "example_single_tool_call.yaml"))
     parser.add_argument("--input", default=str(REPO / "envs" / "example_single_tool_call" / "data" / "example.jsonl"))
     parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--in-flight", type=int, help="rollouts in flight in all, split over the drivers (256 each)")
     parser.add_argument("--out", help="folder for the shard outputs (default: a temporary one)")
     args = parser.parse_args(argv)
 
@@ -125,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         serving.deploy(specs, source=args.config)
         out = Path(args.out or tempfile.mkdtemp(prefix="gym-serve-cluster-"))
         out.mkdir(parents=True, exist_ok=True)
-        result = sharded_collect(args.config, Path(args.input), args.repeats, out)
+        result = sharded_collect(args.config, Path(args.input), args.repeats, out, args.in_flight)
         result["replica_nodes"] = {d: dict(c) for d, c in replica_nodes().items()}
         result["nodes"] = args.nodes
     finally:
@@ -138,7 +143,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(
         f"{result['shards']} drivers, one per node: {result['rollouts']} rollouts "
         f"({result['rollouts_per_shard']} per shard), {result['failures']} failures, "
-        f"{result['rollouts_per_s']:.1f} rollouts/s"
+        f"{result['rollouts_per_s']:.1f} rollouts/s; p50 latency per shard {result['latency_p50_s']} s, "
+        f"driver RSS per shard {result['driver_rss_mb']} MB"
     )
     return result
 

@@ -4,11 +4,20 @@ An episode is gym-serve's own tool loop (`gym_serve.rollout.loop`), or one of
 NeMo Gym's agents hosted unchanged in the replica (`nemo_gym:` in the agent's
 args; `gym_serve.environment.nemo_gym.agents`), whose calls to its model and
 resources server go to the same tiers through the same handles.
+
+A row a dispatcher sends (`gym_serve.collect.dispatch`) carries its instructions for the attempt in `_gs_run`:
+the checkpoint to resume from, whether to report each completed turn (streamed back ahead of the rollout,
+`gym_serve.calls.batching.Progress`), and the keys that stop it. `stop_rollouts(keys)` (broadcast to every
+replica) stops the rollouts holding any of those keys at their next turn boundary, answered with the turn
+they stopped after (`_gs_paused`); with `abort`, at once. A hosted NeMo Gym agent runs its episode whole: it
+reports no turns and stops at no boundary (its rollouts are retried from the start, as before).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -17,12 +26,14 @@ from ray.serve.handle import DeploymentHandle
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from gym_serve.calls import tracing
 from gym_serve.calls.autoscaling import Load, counted
 from gym_serve.calls.batching import stream_batch
 from gym_serve.calls.handles import EnvironmentHandle, ModelHandle, model_handle
 from gym_serve.environment.nemo_gym.routes import Routes
 from gym_serve.environment.runner import EnvInfo
-from gym_serve.rollout.loop import AgentConfig, run_episode
+from gym_serve.rollout.checkpoint import PAUSED, RUN, Checkpoint, Paused
+from gym_serve.rollout.loop import AgentConfig, OnTurn, run_episode
 from gym_serve.serving.config import NemoGymAgentArgs
 from gym_serve.wire.responses import row_problems
 
@@ -30,6 +41,9 @@ if TYPE_CHECKING:
     from gym_serve.environment.nemo_gym.agents import NemoGymAgent
 
 DEFAULTS: dict[str, Any] = {"max_ongoing_requests": 256, "ray_actor_options": {"num_cpus": 0}}
+
+STOPS_KEPT_S = 3600.0
+"""How long a replica remembers a stop key: a rollout holding it that arrives later stops before it starts."""
 
 
 @serve.deployment(name="Agent")
@@ -53,25 +67,82 @@ class AgentDeployment:
         self.config = config
         self._env_info: EnvInfo | None = None
         self.hosted = hosted_agent(nemo_gym_agent, self.model, self.env, server) if nemo_gym_agent else None
+        self._stops: dict[str, float] = {}
+        self._running: dict[str, set[asyncio.Future[dict[str, Any]]]] = {}
         self.load = Load()
 
     @counted
-    async def run(self, row: dict[str, Any]) -> dict[str, Any]:
-        """One episode: the rollout row of `row`."""
+    async def run(self, row: dict[str, Any], report: OnTurn | None = None) -> dict[str, Any]:
+        """One episode: the rollout row of `row` (or, stopped at a turn boundary, `{"_gs_paused": turn}`)."""
         if self.hosted is not None:
-            return await self.hosted.run(row)
+            return await self.hosted.run({k: v for k, v in row.items() if k != RUN})
         if self._env_info is None:
             self._env_info = await self.env.describe.remote()
-        return await run_episode(row, model=self.model, env=self.env, env_info=self._env_info, config=self.config)
+        control = row.get(RUN)
+        if control is None:
+            return await run_episode(row, model=self.model, env=self.env, env_info=self._env_info, config=self.config)
+        row = {k: v for k, v in row.items() if k != RUN}
+        keys: list[str] = list(control.get("stop") or [])
+        resume = Checkpoint.from_wire(control["resume"]) if control.get("resume") else None
+        stop = self._stopper(keys) if keys and self._env_info.replay_safe_tools else None
+        episode = asyncio.ensure_future(
+            run_episode(
+                row,
+                model=self.model,
+                env=self.env,
+                env_info=self._env_info,
+                config=self.config,
+                resume=resume,
+                on_turn=report if control.get("report") else None,
+                stop=stop,
+            )
+        )
+        for key in keys:
+            self._running.setdefault(key, set()).add(episode)
+        try:
+            return await episode
+        except Paused as paused:
+            return {PAUSED: paused.turn}
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if episode.cancelled() and current is not None and not current.cancelling():
+                return {PAUSED: None}  # aborted by `stop_rollouts`: the caller resolved the rollout already
+            raise
+        finally:
+            for key in keys:
+                running = self._running.get(key)
+                if running is not None:
+                    running.discard(episode)
+                    if not running:
+                        del self._running[key]
 
-    async def run_batch(self, rows: list[dict[str, Any]]) -> AsyncIterator[list[tuple[int, Any]]]:
+    async def run_batch(
+        self, rows: list[dict[str, Any]], traces: list[tracing.Carrier | None] | None = None
+    ) -> AsyncIterator[list[tuple[int, Any]]]:
         """Run many rollouts from one request, streaming `(index, rollout or exception)` pairs as they finish.
 
         The driver sends rows this way (one Serve request per batch, not per rollout); an
-        exception comes back as a value, so one failed rollout does not fail its batch.
+        exception comes back as a value, so one failed rollout does not fail its batch. The records
+        of completed turns a rollout reports go out ahead of it (`Progress` values).
+        `traces`: the driver's trace context of each traced row (`gym_serve.calls.tracing`).
         """
-        async for item in stream_batch(self.run, [(row,) for row in rows]):
+        async for item in stream_batch(self.run, [(row,) for row in rows], traces, reports=True):
             yield item
+
+    def stop_rollouts(self, keys: list[str], abort: bool = False) -> int:
+        """Stop the rollouts holding any of `keys` at their next turn boundary (with `abort`, now); returns how
+        many were running here. Rollouts that arrive with such a key later stop before they start."""
+        now = time.monotonic()
+        self._stops = {k: t for k, t in self._stops.items() if now - t < STOPS_KEPT_S}
+        self._stops.update(dict.fromkeys(keys, now))
+        hit = {episode for key in keys for episode in self._running.get(key, ())}
+        if abort:
+            for episode in hit:
+                episode.cancel()
+        return len(hit)
+
+    def _stopper(self, keys: list[str]) -> Callable[[], bool]:
+        return lambda: any(key in self._stops for key in keys)
 
     async def __call__(self, request: Request) -> JSONResponse:
         return await answer_row(request, self.run)

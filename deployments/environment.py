@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray import serve
 
+from gym_serve.calls import tracing
 from gym_serve.calls.autoscaling import Load, counted
 from gym_serve.calls.batching import stream_batch
 from gym_serve.calls.handles import ModelHandle, model_handle
@@ -84,6 +85,16 @@ class EnvironmentDeployment:
     async def verify(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> dict[str, Any]:
         return await self.runner.verify(row, response, state)
 
+    @counted
+    async def snapshot(self, state: Any) -> str | None:
+        assert isinstance(self.runner, EnvRunner), "a hosted server takes no snapshots (`describe().snapshots`)"
+        return await self.runner.snapshot(state)
+
+    @counted
+    async def restore(self, snapshot: str, state: Any) -> Any:
+        assert isinstance(self.runner, EnvRunner), "a hosted server takes no snapshots (`describe().snapshots`)"
+        return await self.runner.restore(snapshot, state)
+
     async def describe(self) -> EnvInfo:
         return self.runner.describe()
 
@@ -99,19 +110,21 @@ class EnvironmentDeployment:
             set_cookies[REPLICA_KEY] = self.replica
         return status, answer, set_cookies
 
-    async def batch(self, method: str, calls: list[tuple[Any, ...]]) -> AsyncIterator[list[tuple[int, Any]]]:
+    async def batch(
+        self, method: str, calls: list[tuple[Any, ...]], traces: list[tracing.Carrier | None] | None = None
+    ) -> AsyncIterator[list[tuple[int, Any]]]:
         """Many calls of one method in one streaming request (`gym_serve.calls.batching`): a slow call holds up no
-        other."""
+        other. `traces`: the callers' trace contexts of traced calls (`gym_serve.calls.tracing`)."""
         if method not in _METHODS:
             raise ValueError(f"`{method}` cannot be batched; batchable: {', '.join(_METHODS)}")
-        async for item in stream_batch(getattr(self, method), calls):
+        async for item in stream_batch(getattr(self, method), calls, traces):
             yield item
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         return self.load.stats()
 
 
-_METHODS = ("seed", "call_tools", "user_turn", "verify", "http")
+_METHODS = ("seed", "call_tools", "user_turn", "verify", "snapshot", "restore", "http")
 
 
 def model_routes(models: dict[str, str], policy_app: str) -> Routes:

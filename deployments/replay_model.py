@@ -1,7 +1,9 @@
 """The replay Model tier: recorded outputs played back; the embedded default.
 
 With `kind: synthetic` the same recordings are played back at a cost you set
-(latency, per-replica capacity, payload size): a stand-in model for benchmarks.
+(latency, per-replica capacity, payload size, response lengths decoded at a
+time per token): a stand-in model for benchmarks. `stats()` says how many
+tokens a replica generated.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from gym_serve.calls.autoscaling import Load, counted
 from gym_serve.calls.batching import BatchedResponses
 from gym_serve.environment import nemo_gym
 from gym_serve.environment.registry import load_environment_class
-from gym_serve.models.synthetic import Capacity
+from gym_serve.models.synthetic import Capacity, Decoder, token_bundle
 from gym_serve.rollout.replay import ReplayModel
 from gym_serve.serving.config import ReplayModelArgs, SyntheticModelArgs
 
@@ -29,6 +31,7 @@ class ReplayModelDeployment(BatchedResponses):
         sources = args.recordings or ([default_env] if default_env else [])
         self.model = ReplayModel([recording_path(s) for s in sources], error_rate=args.error_rate, name=args.kind)
         self.synthetic = args if isinstance(args, SyntheticModelArgs) else None
+        self._decoder = Decoder(args.seconds_per_token if isinstance(args, SyntheticModelArgs) else 0.0)
         if self.synthetic is not None:
             self._rng = random.Random(self.synthetic.seed)
             self._capacity = Capacity(self.synthetic.max_concurrency)
@@ -36,17 +39,29 @@ class ReplayModelDeployment(BatchedResponses):
 
     @counted
     async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
-        if self.synthetic is None:
+        synthetic = self.synthetic
+        if synthetic is None:
             return self.model.respond(request, session)
+        tokens = synthetic.lengths.sample(self._rng) if synthetic.lengths is not None else synthetic.output_tokens
         async with self._capacity:
-            await self.synthetic.latency.wait(self._rng)
+            await synthetic.latency.wait(self._rng)
+            if synthetic.lengths is not None:
+                await self._decoder.decode(tokens)
         response = self.model.respond(request, session)
-        if self.synthetic.output_tokens or self.synthetic.prompt_tokens:
-            last = response["output"][-1]
-            last["prompt_token_ids"] = list(range(self.synthetic.prompt_tokens))
-            last["generation_token_ids"] = list(range(self.synthetic.output_tokens))
-            last["generation_log_probs"] = [-1.0] * self.synthetic.output_tokens
+        last = response["output"][-1]
+        if synthetic.lengths is not None:
+            items = request["input"] if isinstance(request["input"], list) else [request["input"]]
+            last.update(token_bundle(items, tokens))
+        elif synthetic.output_tokens or synthetic.prompt_tokens:
+            self._decoder.generated += synthetic.output_tokens
+            last["prompt_token_ids"] = list(range(synthetic.prompt_tokens))
+            last["generation_token_ids"] = list(range(synthetic.output_tokens))
+            last["generation_log_probs"] = [-1.0] * synthetic.output_tokens
         return response
+
+    def stats(self) -> dict[str, Any]:
+        """The tokens this replica generated (a synthetic model's; 0 for replay), as the vLLM tier's `stats` says."""
+        return {"generation_tokens": self._decoder.generated}
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         return self.load.stats()

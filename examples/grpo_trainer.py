@@ -72,7 +72,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -89,6 +89,7 @@ __all__ = [
     "build_sequence",
     "group_advantages",
     "main",
+    "parse_config",
 ]
 
 ROWS = Path(__file__).parent / "data" / "starts_with.jsonl"
@@ -117,6 +118,9 @@ class GRPOConfig(BaseModel):
         default=Path(tempfile.gettempdir()) / "gym-serve-grpo",
         description="Where the pushed checkpoints go (every replica reads them; the latest stays).",
     )
+
+
+C = TypeVar("C", bound=GRPOConfig)
 
 
 class StepLog(BaseModel):
@@ -341,8 +345,16 @@ class GRPOTrainer:
 
 def main(argv: Sequence[str] | None = None) -> GRPOTrainer:
     """Parse the command line, train, print one JSON line per step; returns the trainer (its model, its history)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    fields = GRPOConfig.model_fields
+    trainer = GRPOTrainer(parse_config(GRPOConfig, argv, __doc__))
+    for log in asyncio.run(trainer.run()):
+        print(log.model_dump_json(), flush=True)
+    return trainer
+
+
+def parse_config(config: type[C], argv: Sequence[str] | None, doc: str | None) -> C:
+    """`config` from the command line: a flag per field (`--tasks-per-step 4`, `--no-sync-weights`)."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n", 1)[0])
+    fields = config.model_fields
     for name, info in fields.items():
         flag = "--" + name.replace("_", "-")
         if info.annotation is bool:
@@ -352,10 +364,7 @@ def main(argv: Sequence[str] | None = None) -> GRPOTrainer:
         else:
             parser.add_argument(flag, default=None, help=f"{info.description or ''} (default: {info.default})")
     args = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
-    trainer = GRPOTrainer(GRPOConfig.model_validate(args))
-    for log in asyncio.run(trainer.run()):
-        print(log.model_dump_json(), flush=True)
-    return trainer
+    return config.model_validate(args)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import argparse
 import os
 import shlex
 import sys
+import tempfile
 import time
 from datetime import datetime
 from importlib import resources
@@ -37,8 +38,11 @@ DEMO_ENVS = ("example_single_tool_call", "example_multi_step", "example_session_
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    rest, overrides = _nemo_gym_overrides(given)
+    args = parser.parse_args(rest)
+    args.argv = given
+    args.nemo_gym = overrides
     try:
         return args.func(args)
     except GymServeError as e:
@@ -55,7 +59,13 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     up = _command(sub, "up", "deploy the applications of a Serve config and print what runs")
-    up.add_argument("config", help="a Serve config YAML (e.g. deployments/example_single_tool_call.yaml)")
+    up.add_argument(
+        "config",
+        nargs="?",
+        help="a Serve config YAML (e.g. deployments/example_single_tool_call.yaml), or NeMo Gym's configs as "
+        "`ng_run` takes them: +config_paths=[a.yaml,b.yaml] (and +key=value overrides)",
+    )
+    _nemo_gym_options(up)
     up.add_argument(
         "--address",
         help="Ray cluster address, e.g. `auto` for a running one (default: $RAY_ADDRESS, else a new local one)",
@@ -66,9 +76,14 @@ def _parser() -> argparse.ArgumentParser:
     up.set_defaults(func=cmd_up)
 
     collect = _command(sub, "collect", "collect rollouts for a JSONL file of tasks")
-    collect.add_argument("--config", required=True, help="the Serve config whose applications run the rollouts")
-    collect.add_argument("--input", required=True, help="input rows (JSONL, NeMo Gym format)")
-    collect.add_argument("--output", required=True, help="rollouts JSONL; failures go to <output>_failures.jsonl")
+    collect.add_argument(
+        "--config",
+        help="the Serve config whose applications run the rollouts; or, instead, NeMo Gym's configs and "
+        "`ng_collect_rollouts`' arguments: +config_paths=[...] +input_jsonl_fpath=... +output_jsonl_fpath=...",
+    )
+    collect.add_argument("--input", help="input rows (JSONL, NeMo Gym format)")
+    collect.add_argument("--output", help="rollouts JSONL; failures go to <output>_failures.jsonl")
+    _nemo_gym_options(collect)
     collect.add_argument("--agent", help="agent (application) for rows without `agent_ref`")
     collect.add_argument("--limit", type=int, help="read at most this many input lines")
     collect.add_argument(
@@ -96,6 +111,12 @@ def _parser() -> argparse.ArgumentParser:
         help="continue an interrupted collection from its files (finished rollouts are not rerun)",
     )
     collect.add_argument(
+        "--no-turn-checkpoints",
+        dest="turn_checkpoints",
+        action="store_false",
+        help="do not journal each rollout's completed turns: a retry or --resume reruns a rollout from its start",
+    )
+    collect.add_argument(
         "--ordered", action="store_true", help="also write <output>_ordered.jsonl in (task, rollout) order"
     )
     collect.add_argument(
@@ -110,10 +131,25 @@ def _parser() -> argparse.ArgumentParser:
         help="Ray cluster address, e.g. `auto` for a running one (default: $RAY_ADDRESS, else a new local one)",
     )
     collect.add_argument("--no-deploy", action="store_true", help="use applications already running")
+    collect.add_argument(
+        "--trace",
+        metavar="FILE|URL",
+        help="one OpenTelemetry trace per rollout across every tier, to a JSON-lines FILE or an OTLP/HTTP "
+        "endpoint (http://collector:4318); `gym-serve profile --trace FILE` gives time per tier",
+    )
+    collect.add_argument(
+        "--trace-sample",
+        type=float,
+        default=1.0,
+        metavar="SHARE",
+        help="trace this share of the rollouts, drawn at random (default 1: every rollout; a trace costs "
+        "about a millisecond of CPU per rollout, see the README)",
+    )
     collect.set_defaults(func=cmd_collect)
 
     prof = _command(sub, "profile", "per-task reward profile, aggregate metrics (pass@k) and a plot")
-    prof.add_argument("--rollouts", required=True, help="the rollouts JSONL a collection wrote")
+    prof.add_argument("--rollouts", help="the rollouts JSONL a collection wrote")
+    prof.add_argument("--trace", help="a trace file of `collect --trace FILE`: time per tier and span (p50/p99)")
     prof.add_argument("--inputs", help="its materialized inputs (default: <rollouts>_materialized_inputs.jsonl)")
     prof.add_argument("--allow-partial", action="store_true", help="profile what completed; missing is no error")
     prof.add_argument("--config", help="the Serve config of the collection: adds each environment's own metrics")
@@ -200,6 +236,26 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _nemo_gym_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--replay-model",
+        action="store_true",
+        help="with NeMo Gym's configs: the policy is the replay model (NeMo Gym's recordings), not their model server",
+    )
+    parser.add_argument(
+        "--hosted-agents",
+        action="store_true",
+        help="with NeMo Gym's configs: host NeMo Gym's simple_agent too, instead of gym-serve's own loop",
+    )
+
+
+def _nemo_gym_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`up`/`collect`'s NeMo Gym overrides (`+config_paths=[...]`, `+key=value`) apart from the other arguments."""
+    if not argv or argv[0] not in ("up", "collect"):
+        return argv, []
+    return [a for a in argv if not a.startswith("+")], [a for a in argv if a.startswith("+")]
+
+
 def _command(sub: Any, name: str, summary: str) -> argparse.ArgumentParser:
     """A command: `summary` is its line in the list of commands and opens its own `--help`."""
     parser: argparse.ArgumentParser = sub.add_parser(name, help=summary, description=summary)
@@ -210,6 +266,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from gym_serve.deployments.endpoints import describe_endpoints
     from gym_serve.serving import deploy as serving
 
+    args.config = _serve_config(args, Path(tempfile.gettempdir()) / f"gym-serve-nemo-gym-{os.getpid()}.yaml")
     specs = load_serve_config(args.config)
     http = http_options(args.config)
     host = args.http_host or http.get("host") or "127.0.0.1"
@@ -230,6 +287,13 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_collect(args: argparse.Namespace) -> int:
     from gym_serve.serving import deploy as serving
 
+    if args.nemo_gym:
+        _collect_arguments(args)
+    if not args.input or not args.output:
+        raise ConfigError(
+            "name the input and output files (--input/--output, or NeMo Gym's +input_jsonl_fpath/+output_jsonl_fpath)"
+        )
+    args.config = _serve_config(args, Path(args.output).with_name(Path(args.output).stem + "_serve_config.yaml"))
     specs = load_serve_config(args.config)
     overrides = _overrides(args)
     if not Path(args.input).is_file():
@@ -241,6 +305,13 @@ def cmd_collect(args: argparse.Namespace) -> int:
         [args.agent] if args.agent and args.agent not in serving.env_apps(specs) else []
     )
     default_agent = args.agent or (agents[0] if len(agents) == 1 else None)
+    if args.trace is not None:
+        from gym_serve.calls.tracing import destination
+
+        try:
+            destination(args.trace)
+        except ValueError as e:
+            raise InputError(str(e), source="--trace") from None
     try:
         job = CollectJob(
             input_path=str(Path(args.input).resolve()),
@@ -259,6 +330,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
             shard_count=args.shard[1],
             max_policy_lag=args.max_policy_lag,
             flag_stale=args.flag_stale,
+            trace=args.trace,
+            trace_sample=args.trace_sample,
+            turn_checkpoints=args.turn_checkpoints,
         )
     except ValidationError as e:  # before anything starts: the arguments do not fit this config
         raise ConfigError(str(e.errors()[0]["msg"]).removeprefix("Value error, "), source=args.config) from None
@@ -270,9 +344,40 @@ def cmd_collect(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(_resume_hint(args.argv, job), file=sys.stderr)
         return 130
+    if job.trace is not None:
+        from gym_serve.calls.tracing import EXPORT_EVERY_S
+
+        time.sleep(2 * EXPORT_EVERY_S)  # the replicas write their last spans within one export interval
+        print(f"traces: {job.trace}")
     print(_format_summary(summary))
     _echo_bad_rows(summary)
     return 0 if summary.rollouts + summary.rollouts_resumed > 0 else 1
+
+
+def _serve_config(args: argparse.Namespace, mapped: Path) -> str:
+    """The Serve config to run: the one named, or NeMo Gym's configs (`+config_paths=[...]`) mapped to one, written
+    at `mapped` (`gym_serve.environment.nemo_gym.configs`)."""
+    if not any(a.lstrip("+").startswith("config_paths=") for a in args.nemo_gym):  # collection arguments only
+        if not args.config:
+            raise ConfigError("name a Serve config, or NeMo Gym's configs as +config_paths=[a.yaml,b.yaml]")
+        return str(args.config)
+    if args.config:
+        raise ConfigError(f"give a Serve config ({args.config}) or NeMo Gym's +config_paths=[...], not both")
+    from gym_serve.environment.nemo_gym import configs
+
+    nemo_gym = configs.read(args.nemo_gym)
+    configs.write_serve_config(nemo_gym, mapped, replay_policy=args.replay_model, hosted_agents=args.hosted_agents)
+    print(f"NeMo Gym's configs ({nemo_gym.source}) run as the Serve config {mapped}")
+    return str(mapped)
+
+
+def _collect_arguments(args: argparse.Namespace) -> None:
+    """`ng_collect_rollouts`' arguments among the overrides (`+input_jsonl_fpath=...`), where no option set them."""
+    from gym_serve.environment.nemo_gym import configs
+
+    for option, value in configs.collect_arguments(configs.read(args.nemo_gym)).items():
+        if getattr(args, option) is None or (option == "num_repeats" and args.num_repeats == 1):
+            setattr(args, option, value)
 
 
 def _holds_no_rows(path: str) -> bool:
@@ -315,6 +420,13 @@ def _resume_hint(argv: list[str], job: CollectJob) -> str:
 def cmd_profile(args: argparse.Namespace) -> int:
     from gym_serve.analysis.profiling import profile
 
+    if args.rollouts is None and args.trace is None:
+        print("gym-serve profile: give --rollouts, --trace or both", file=sys.stderr)
+        return 2
+    if args.trace is not None:
+        _print_tier_times(args.trace)
+    if args.rollouts is None:
+        return 0
     environments = _environments(args.config) if args.config else None
     result = profile(args.rollouts, args.inputs, allow_partial=args.allow_partial, environments=environments)
     print(f"rollouts: {result['completed']} of {result['expected']} expected ({result['missing']} missing)")
@@ -324,6 +436,21 @@ def cmd_profile(args: argparse.Namespace) -> int:
     print(f"wrote {result['reward_profiling']}\n      {result['aggregate_metrics']}\n      {result['plot']}")
     print(f"health: {result['health']['headline']}\n      {result['health']['summary']}")
     return 0
+
+
+def _print_tier_times(trace: str) -> None:
+    from gym_serve.analysis.trace_profile import trace_profile
+
+    report = trace_profile(trace)
+    print(f"traces: {report['traces']} ({report['spans']} spans)")
+    print(f"{'tier':<12} {'span':<24} {'count':>7} {'p50 ms':>9} {'p99 ms':>9}")
+    for tier, spans in report["tiers"].items():
+        for name, times in spans.items():
+            p50, p99 = times["p50_s"] * 1000, times["p99_s"] * 1000
+            print(f"{tier:<12} {name:<24} {times['count']:>7} {p50:>9.2f} {p99:>9.2f}")
+    if report["bad_lines"]:
+        print(f"skipped {len(report['bad_lines'])} bad line(s): {report['bad_lines'][:10]}", file=sys.stderr)
+    print(f"wrote {report['written']}")
 
 
 def cmd_reverify(args: argparse.Namespace) -> int:
@@ -609,6 +736,13 @@ def _format_summary(s: CollectSummary) -> str:
         f"time in calls    {parts}",
         f"mean reward      {reward}",
     ]
+    if s.rollouts_resumed_mid_way:
+        lines.append(
+            f"resumed mid-way  {s.rollouts_resumed_mid_way} rollout(s) went on from their last completed turn "
+            f"({s.turns_restored} turn(s) not run again)"
+        )
+    if s.journal_skipped:
+        lines.append(f"journal          skipped what a crash broke: {'; '.join(s.journal_skipped)}")
     if s.ordered_path:
         lines.append(f"ordered copy     {s.ordered_path}")
     return "\n".join(lines)

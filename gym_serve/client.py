@@ -20,6 +20,19 @@ connection drops mid-stream the client sends the batch again with the same
 key: the ingress replays the rollouts that had finished and runs only the
 rest, and the client skips the lines it already yielded (a 409, the ingress
 still seeing the old connection, is retried like a 429).
+
+`rollouts` returns the batch, which a trainer also pauses: `await batch.pause()`
+stops every request of it at its rollouts' next turn boundaries, and the
+iteration then yields each unfinished rollout as a partial (`partial: true`)
+and ends; `client.rollouts(partials=...)` continues them later, under the
+policy serving then:
+
+    batch = client.rollouts(rows, num_repeats=8, group_size=8)
+    async for row in batch:
+        ...                       # when it is time for a weight update: await batch.pause()
+    await client.push_weights(version, checkpoint)
+    async for row in client.rollouts(partials=[r for r in kept if r.get("partial")]):
+        ...
 """
 
 from __future__ import annotations
@@ -28,12 +41,12 @@ import asyncio
 import json
 import random
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import aiohttp
 
-__all__ = ["GymClient", "GymClientError", "run_sync"]
+__all__ = ["ClientBatch", "GymClient", "GymClientError", "run_sync"]
 
 
 class GymClientError(Exception):
@@ -96,70 +109,54 @@ class GymClient:
             answer: dict[str, Any] = await response.json()
             return answer
 
-    async def rollouts(
+    def rollouts(
         self,
-        rows: Iterable[dict[str, Any]],
+        rows: Iterable[dict[str, Any]] = (),
         *,
+        partials: Iterable[dict[str, Any]] = (),
         num_repeats: int = 1,
         group_size: int | None = None,
         batch_size: int = 64,
-        **sampling: Any,
-    ) -> AsyncIterator[dict[str, Any]]:
-        """Rollouts of `rows` × `num_repeats`, yielded as they complete; rows go out in batches of `batch_size`.
+        **options: Any,
+    ) -> ClientBatch:
+        """Rollouts of `rows` × `num_repeats` and of the `partials` continued, yielded as they complete; rows go
+        out in requests of `batch_size`.
 
         With `group_size`, rollouts come in groups of one task's (of one agent) rollouts, `group_size` at a
-        time, each group's rows one after the other even while several batches stream at once.
+        time, each group's rows one after the other even while several requests stream at once; `options` are
+        the other fields of `POST /v1/rollouts` (sampling, `group_policy`, `max_policy_lag`, ...).
         """
-        queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
-        batches = _batches(rows, num_repeats, batch_size)
+        bodies = [
+            {"rows": batch, "num_repeats": repeats, "group_size": group_size, **options}
+            for batch, repeats in _batches(rows, num_repeats, batch_size)
+        ]
+        kept = list(partials)
+        bodies += [
+            {"partials": kept[i : i + batch_size], "group_size": group_size, **options}
+            for i in range(0, len(kept), batch_size)
+        ]
+        return ClientBatch(self, bodies, group_size)
 
-        async def send(batch: list[dict[str, Any]], repeats: int) -> None:
-            body = {
-                "rows": batch,
-                "num_repeats": repeats,
-                "group_size": group_size,
-                "idempotency_key": uuid.uuid4().hex,
-                **sampling,
-            }
-            seen: set[tuple[Any, Any, Any]] = set()  # a re-sent batch replays lines this one already yielded
-            groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
-            try:
-                async for result in self._post_lines("/v1/rollouts", body):
-                    task = ((result.get("agent_ref") or {}).get("name"), result.get("_ng_task_index"))
-                    key = (*task, result.get("_ng_rollout_index"))
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                    if group_size is None:
-                        queue.put_nowait(result)
-                        continue
-                    group = groups.setdefault(task, [])
-                    group.append(result)
-                    if len(group) == group_size:  # the whole group at once: no other batch's line gets between
-                        for member in groups.pop(task):
-                            queue.put_nowait(member)
-                for group in groups.values():  # the last, smaller groups (num_repeats not a multiple)
-                    for member in group:
-                        queue.put_nowait(member)
-            except BaseException as e:  # surfaced to the reader below
-                queue.put_nowait(e)
-
-        senders = [asyncio.ensure_future(send(batch, repeats)) for batch, repeats in batches]
-        done = asyncio.ensure_future(asyncio.gather(*senders, return_exceptions=True))
-        done.add_done_callback(lambda _: queue.put_nowait(None))
+    async def pause(self, batch_id: str) -> bool:
+        """Stop the running request `batch_id` at its next turn boundaries; False if the ingress runs none."""
         try:
-            while (item := await queue.get()) is not None:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            for sender in senders:
-                sender.cancel()
+            await self._request("POST", f"/v1/rollouts/{batch_id}/pause")
+        except GymClientError as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
 
-    async def _post_lines(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def _post_lines(
+        self,
+        path: str,
+        body: dict[str, Any],
+        opened: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
         """POST with retries; yields the JSON lines of the answer (one for /run, many for /v1/rollouts).
 
-        With an `idempotency_key` in the body, a dropped connection and a 409 are retried too.
+        With an `idempotency_key` in the body, a dropped connection and a 409 are retried too. `opened` hears
+        that an answer began streaming.
         """
         if self._session is None:
             raise RuntimeError("use `async with GymClient(...)` before sending requests")
@@ -176,6 +173,8 @@ class GymClient:
                         continue
                     if response.status >= 400 and not (path == "/run" and response.status == 500):
                         raise GymClientError(response.status, await response.text())
+                    if opened is not None:
+                        await opened(body)
                     async for raw in response.content:
                         if raw.strip():
                             yield json.loads(raw)
@@ -184,6 +183,75 @@ class GymClient:
                 if not idempotent or attempt == self._max_retries:
                     raise
                 await asyncio.sleep(0.1 * 2**attempt * random.uniform(1.0, 1.5))
+
+
+class ClientBatch:
+    """The requests of one `GymClient.rollouts` call: `async for row in batch`, and `await batch.pause()`."""
+
+    def __init__(self, client: GymClient, bodies: list[dict[str, Any]], group_size: int | None) -> None:
+        self._client = client
+        self._bodies = bodies
+        self._group_size = group_size
+        self._open: set[str] = set()
+        self.paused = False
+
+    async def pause(self) -> int:
+        """Stop every request of the batch at its rollouts' next turn boundaries (those sent later at once); the
+        iteration then yields the unfinished rollouts as partials and ends. Returns the requests paused."""
+        self.paused = True
+        paused = await asyncio.gather(*(self._client.pause(batch_id) for batch_id in list(self._open)))
+        return sum(paused)
+
+    def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        return self._rows()
+
+    async def _rows(self) -> AsyncIterator[dict[str, Any]]:
+        queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
+        senders = [asyncio.ensure_future(self._send(body, queue)) for body in self._bodies]
+        done = asyncio.ensure_future(asyncio.gather(*senders, return_exceptions=True))
+        done.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (item := await queue.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            for sender in senders:
+                sender.cancel()
+
+    async def _send(self, body: dict[str, Any], queue: asyncio.Queue[Any]) -> None:
+        key = uuid.uuid4().hex
+        body = {**body, "idempotency_key": key, "batch_id": key}
+        seen: set[tuple[Any, Any, Any]] = set()  # a re-sent batch replays lines this one already yielded
+        groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+        self._open.add(key)
+        try:
+            async for result in self._client._post_lines("/v1/rollouts", body, opened=self._opened):
+                task = ((result.get("agent_ref") or {}).get("name"), result.get("_ng_task_index"))
+                index = (*task, result.get("_ng_rollout_index"))
+                if index in seen:
+                    continue
+                seen.add(index)
+                if self._group_size is None or result.get("partial") or result.get("straggler"):
+                    queue.put_nowait(result)
+                    continue
+                group = groups.setdefault(task, [])
+                group.append(result)
+                if len(group) == self._group_size:  # the whole group at once: no other request's line between
+                    for member in groups.pop(task):
+                        queue.put_nowait(member)
+            for group in groups.values():  # the last, smaller groups (num_repeats not a multiple)
+                for member in group:
+                    queue.put_nowait(member)
+        except BaseException as e:  # surfaced to the reader
+            queue.put_nowait(e)
+        finally:
+            self._open.discard(key)
+
+    async def _opened(self, body: dict[str, Any]) -> None:
+        """A request's answer began: one sent after the batch was paused is paused at once."""
+        if self.paused:
+            await self._client.pause(body["batch_id"])
 
 
 def _batches(rows: Iterable[dict[str, Any]], num_repeats: int, size: int) -> list[tuple[list[dict[str, Any]], int]]:

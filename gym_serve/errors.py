@@ -122,6 +122,8 @@ class FailureKind(StrEnum):
     """A harness agent ended without one call to the model: nothing the policy did, so nothing to score."""
     HARNESS_TIMEOUT = "harness_timeout"
     """A harness agent was still running at its deadline; it was killed with everything it started."""
+    STRAGGLER = "straggler"
+    """The rollout's group finished without it (a long-tail policy cut it): masked, never scored."""
 
 
 class GymServeError(Exception):

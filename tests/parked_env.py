@@ -20,10 +20,16 @@ class Gate:
     def __init__(self) -> None:
         self._open = asyncio.Event()
         self.arrivals = 0
+        self.waiters: list[str] = []
 
-    async def wait(self) -> None:
+    async def wait(self, who: str = "") -> None:
         self.arrivals += 1
+        self.waiters.append(who)
         await self._open.wait()
+
+    async def who(self) -> list[str]:
+        """Who reached the gate, in order (what each waiter said it was: a replica's id, say)."""
+        return self.waiters
 
     async def open(self) -> None:  # async like `wait`: the event lives in the actor's event loop
         self._open.set()

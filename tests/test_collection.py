@@ -61,7 +61,8 @@ class Script:
         self.delay = delay
         self.in_flight = self.max_in_flight = 0
 
-    async def __call__(self, agent: str, row: dict[str, Any]) -> dict[str, Any]:
+    async def __call__(self, agent: str, row: dict[str, Any], on_turn: Any = None) -> dict[str, Any]:
+        row = {k: v for k, v in row.items() if k != "_gs_run"}  # the dispatcher's instructions: an Agent's to read
         key = (row["_ng_task_index"], row["_ng_rollout_index"])
         self.attempts[key] += 1
         self.in_flight += 1
@@ -179,7 +180,7 @@ async def test_materialized_inputs_carry_overrides_agents_and_per_agent_repeats(
 
 async def test_ordered_copy_is_sorted(tmp_path: Path) -> None:
     class Reversed(Script):
-        async def __call__(self, agent: str, row: dict[str, Any]) -> dict[str, Any]:
+        async def __call__(self, agent: str, row: dict[str, Any], on_turn: Any = None) -> dict[str, Any]:
             await asyncio.sleep(0.01 * (10 - row["_ng_task_index"]))  # later tasks finish first
             return await super().__call__(agent, row)
 
@@ -231,7 +232,7 @@ class Versioned(Script):
         super().__init__()
         self.current, self.first = current, first
 
-    async def __call__(self, agent: str, row: dict[str, Any]) -> dict[str, Any]:
+    async def __call__(self, agent: str, row: dict[str, Any], on_turn: Any = None) -> dict[str, Any]:
         rollout = await super().__call__(agent, row)
         key = (row["_ng_task_index"], row["_ng_rollout_index"])
         oldest = self.first.get(row["_ng_task_index"], self.current) if self.attempts[key] == 1 else self.current
@@ -260,7 +261,7 @@ async def test_a_rollout_that_stays_stale_ends_as_a_stale_policy_failure(tmp_pat
     from gym_serve.collect.staleness import Staleness
 
     class AlwaysOld(Script):
-        async def __call__(self, agent: str, row: dict[str, Any]) -> dict[str, Any]:
+        async def __call__(self, agent: str, row: dict[str, Any], on_turn: Any = None) -> dict[str, Any]:
             return {**await super().__call__(agent, row), "policy_version_min": 0, "policy_version_max": 0}
 
     staleness = Staleness(2, current=lambda agent: asyncio.sleep(0, result=9))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,10 +19,12 @@ import yaml
 from ray import serve
 
 from gym_serve.collect.driver import RolloutDriver
-from gym_serve.collect.job import CollectJob, failures_path
+from gym_serve.collect.job import CollectJob, failures_path, journal_path
+from gym_serve.collect.journal import load_journal
 from gym_serve.deployments.app import build_app
 from gym_serve.serving.config import AppArgs
 from gym_serve.testing.fixtures import unique
+from gym_serve.wire.tokens import check_contiguity
 from tests.conftest import REPO
 
 from .fault_parts import BumpModel, counter_app_args, counting_rows
@@ -141,13 +144,19 @@ async def test_killing_replicas_of_every_tier_loses_no_rollout(serve_instance: N
 
 @pytest.mark.timeout(400)
 def test_a_sigkilled_collection_resumes_to_completion(tmp_path: Path) -> None:
-    config = {
-        "applications": [
+    """SIGKILL mid-collection, then `--resume`: every key once, and no turn the journal holds runs again.
+
+    The model logs every call (`<session> <turn>`) to a file per run; the journal, read as the kill left it,
+    says which turns of the unfinished rollouts had completed.
+    """
+
+    def config(log: Path) -> Path:
+        applications = [
             {
                 "name": "bump-model",
                 "route_prefix": None,  # two applications: Serve's schema wants distinct route prefixes
                 "import_path": "tests.fault_parts:build_bump_model",
-                "args": {"delay_s": 0.05},
+                "args": {"delay_s": 0.05, "tokens": True, "log": str(log)},
             },
             {
                 "name": "counter",
@@ -156,43 +165,50 @@ def test_a_sigkilled_collection_resumes_to_completion(tmp_path: Path) -> None:
                 "args": counter_app_args("bump-model"),
             },
         ]
-    }
-    config_path = tmp_path / "app.yaml"
-    config_path.write_text(yaml.safe_dump(config))
+        path = tmp_path / f"{log.stem}.yaml"
+        path.write_text(yaml.safe_dump({"applications": applications}))
+        return path
+
     source = write_rows(tmp_path / "in.jsonl", counting_rows(150))
     out = tmp_path / "out.jsonl"
-    command = [
-        sys.executable,
-        "-m",
-        "gym_serve.cli",
-        "collect",
-        "--config",
-        str(config_path),
-        "--input",
-        str(source),
-        "--output",
-        str(out),
-        "--num-repeats",
-        "2",
-        "--concurrency",
-        "8",
-        "--address",
-        "local",
-    ]
+
+    def command(log: Path) -> list[str]:
+        return [
+            sys.executable, "-m", "gym_serve.cli", "collect", "--config", str(config(log)), "--input", str(source),
+            "--output", str(out), "--num-repeats", "2", "--concurrency", "8", "--address", "local",
+        ]  # fmt: skip
+
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     first = subprocess.Popen(
-        command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command(tmp_path / "calls-1.log"),
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 200
     while time.monotonic() < deadline and len(read_lines(out)) < 60 and first.poll() is None:
         time.sleep(0.2)
     os.killpg(first.pid, signal.SIGKILL)  # the CLI, its local Ray, the driver actor: everything, mid-write
     first.wait(timeout=30)
-    written_before = len(read_lines(out))
-    assert 60 <= written_before < 300, "the kill landed in the middle of the collection"
+    time.sleep(3)  # a worker of the killed Ray may write its last flushed line as it notices
+    whole = [json.loads(line) for line in out.read_bytes().splitlines(keepends=True) if line.endswith(b"\n")]
+    written_before = {(r["_ng_task_index"], r["_ng_rollout_index"]) for r in whole}
+    assert 60 <= len(written_before) < 300, "the kill landed in the middle of the collection"
+    shutil.copy(journal_path(out), tmp_path / "journal-as-killed.jsonl")
+    journal = load_journal(tmp_path / "journal-as-killed.jsonl", {("counter", *k) for k in written_before})
+    journaled = {(f"{t}:{k}", turn) for (_, t, k), c in journal.checkpoints.items() for turn in range(1, c.turn + 1)}
+    assert journaled, "some rollouts were killed after a completed turn"
 
     second = subprocess.run(
-        [*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+        [*command(tmp_path / "calls-2.log"), "--resume"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert second.returncode == 0, second.stderr[-3000:]
     rollouts = read(out)
@@ -200,9 +216,18 @@ def test_a_sigkilled_collection_resumes_to_completion(tmp_path: Path) -> None:
     assert read(failures_path(out)) == []
     assert all(r["reward"] == 1.0 for r in rollouts)
     assert "300 expected" in second.stdout and "from before" in second.stdout
+    calls = [tuple(line.split()) for line in (tmp_path / "calls-2.log").read_text().splitlines()]
+    again = [(session, int(turn)) for session, turn in calls if (session, int(turn)) in journaled]
+    finished_again = [session for session, _ in calls if tuple(map(int, session.split(":"))) in written_before]
+    assert again == [] and finished_again == [], "no completed turn, and no finished rollout, ran again"
+    resumed = [r for r in rollouts if "resumed_at_turn" in r]
+    assert len(resumed) == len(journal.checkpoints) and all(check_contiguity(r).ok for r in resumed)
+    assert f"resumed mid-way  {len(journal.checkpoints)} rollout(s)" in second.stdout
+    assert f"({len(journaled)} turn(s) not run again)" in second.stdout
     print(
-        f"resume test: written before SIGKILL {written_before}, after resume {len(rollouts)} "
-        f"(unique {len(set(keys(rollouts)))}), failures 0\n{second.stdout}"
+        f"resume test: written before SIGKILL {len(written_before)}, after resume {len(rollouts)} "
+        f"(unique {len(set(keys(rollouts)))}), failures 0; {len(journal.checkpoints)} rollouts resumed mid-way, "
+        f"{len(journaled)} completed turns not run again, {len(calls)} model calls after the kill\n{second.stdout}"
     )
 
 

@@ -66,6 +66,13 @@ ALREADY_RUN = {
     "python cluster/local_cluster.py --nodes 2": (
         "tests/test_cluster.py::test_two_nodes_two_driver_shards_every_rollout_once"
     ),
+    'gym-serve collect "+config_paths=[resources_servers/example_single_tool_call/configs/'
+    'example_single_tool_call.yaml]"'
+    " +agent_name=example_single_tool_call_simple_agent"
+    " +input_jsonl_fpath=resources_servers/example_single_tool_call/data/example.jsonl"
+    " +output_jsonl_fpath=results/example_single_tool_call_rollouts.jsonl --replay-model": (
+        "tests/test_nemo_gym_configs.py::test_the_readmes_collect_with_nemo_gyms_config_paths_gives_nemo_gyms_recorded_rewards"
+    ),
 }
 """Documented commands another test runs (the same script, with the same arguments or a smaller load)."""
 
@@ -199,7 +206,7 @@ def serve_config_probe(config: Path, port: int, token: str | None = None) -> Cal
 
     def rollout(url: str, agent: str) -> str | None:
         try:
-            row: dict[str, Any] = example_rows(environments[agent])[0]
+            row = example_row(environments[agent])
         except FileNotFoundError:
             status, body = http(url, {}, token)
             refused = status in (400, 422) and "responses_create_params" in body  # our refusal of a bad row
@@ -230,6 +237,17 @@ def serve_config_probe(config: Path, port: int, token: str | None = None) -> Cal
         return None
 
     return probe
+
+
+def example_row(environment: str) -> dict[str, Any]:
+    """The first example row of one of gym-serve's environments or of a hosted NeMo Gym server (`nemo_gym:NAME`)."""
+    from gym_serve.environment import nemo_gym
+
+    server = nemo_gym.server_name(environment)
+    if server is None:
+        return example_rows(environment)[0]
+    first = (nemo_gym.data_dir(server) / "example.jsonl").read_text().splitlines()[0]
+    return dict(json.loads(first))
 
 
 def model_call(environment: str | None) -> dict[str, Any]:
@@ -332,11 +350,22 @@ class Session:
 
     def _serve(self, part: str, words: list[str]) -> None:
         self.stop_server()
-        config = self.cwd / next(w for w in words if w.endswith(".yaml"))
+        config = self._nemo_gym_mapped(words) or self.cwd / next(w for w in words if w.endswith(".yaml"))
         port = int(words[words.index("--http-port") + 1]) if "--http-port" in words else _http_port(config)
         log = self.box.work / f"server-{time.monotonic_ns()}.log"
         proc, self.server = start_process(part, self.box, self.cwd, log)
         wait_ready(proc, self.server, serve_config_probe(config, port, self.box.env.get("GYM_SERVE_TOKEN")))
+
+    def _nemo_gym_mapped(self, words: list[str]) -> Path | None:
+        """`gym-serve up "+config_paths=[...]"`: the Serve config NeMo Gym's configs map to, for the probe."""
+        from gym_serve.environment.nemo_gym import configs
+
+        overrides = [w for w in words if w.startswith("+")]
+        if not overrides:
+            return None
+        path = self.box.work / f"nemo-gym-{time.monotonic_ns()}.yaml"
+        read = configs.read(overrides, cwd=self.cwd)
+        return configs.write_serve_config(read, path, replay_policy="--replay-model" in words)
 
     def _viewer(self, part: str, words: list[str]) -> None:
         """`gym-serve view FILE --port P`: ready when its task table answers (not its page saying it indexes)."""

@@ -25,6 +25,7 @@ from gym_serve.deployments.app import build_app
 from gym_serve.deployments.ingress.api import build_ingress
 from gym_serve.serving.config import AppArgs
 from gym_serve.testing.fixtures import example_rows
+from gym_serve.testing.overload import overload
 
 from .fault_parts import build_bump_model, counting_rows
 
@@ -509,3 +510,32 @@ async def test_the_openapi_schema_describes_every_routes_body_and_answers(base_u
     assert schema["paths"]["/v1/responses"]["post"]["responses"]["400"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/OpenAIErrorBody"
     }
+
+
+async def test_an_overload_is_refused_with_429s_while_taken_requests_keep_their_latency(base_url: str) -> None:
+    """Requests at 10× an ingress's capacity for a few seconds (`gym_serve.testing.overload`; the minute-long
+    version is benchmarks/overload.py): no 5xx, every refusal a 429 with `Retry-After`, the taken requests' p99
+    within 2× the one at capacity, the replica's memory flat after the burst's first seconds, every slot taken
+    again (the full rate) within 5 s."""
+    model = {"kind": "synthetic", "latency": {"mean_s": 0.5}}
+    app = AppArgs.model_validate({"environment": {"name": "example_single_tool_call"}, "model": model})
+    serve.run(build_app(app), name="slow_weather", route_prefix=None)
+    ingress = {"agents": ["slow_weather"], "default_agent": "slow_weather", "max_in_flight": 4}
+    ingress["token_env"] = "GYM_SERVE_TEST_NO_SUCH_TOKEN"  # no auth: the load generator sends no token
+    serve.run(build_ingress(ingress), name="overloaded", route_prefix="/overloaded")
+    try:
+        report = await overload(
+            f"{base_url}/overloaded",
+            example_rows("example_single_tool_call")[0],
+            slots=4,
+            seconds=6,
+            capacity_s=4,
+            recovery_s=6,
+            app="overloaded",
+        )
+    finally:
+        serve.delete("overloaded")
+        serve.delete("slow_weather")
+    assert report.problems == [], report.model_dump_json(indent=1)
+    assert report.overload.taken > 0 and report.refused_with_retry_after > report.overload.taken
+    assert report.rss_mb and report.cpu_s["ray::ServeReplica:overloaded:Ingress"] > 0

@@ -31,7 +31,8 @@ from gym_serve.deployments.ingress.api import build_ingress  # noqa: E402
 from gym_serve.errors import InvalidWeights  # noqa: E402
 from gym_serve.models.weights import PolicyWeights  # noqa: E402
 from gym_serve.serving.config import AppArgs  # noqa: E402
-from gym_serve.wire.tokens import token_calls  # noqa: E402
+from gym_serve.wire.tokens import check_contiguity, token_calls  # noqa: E402
+from tests.constrained import constrained_logprobs  # noqa: E402
 from tests.parked_env import gate  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.serve, pytest.mark.timeout(600)]
@@ -334,3 +335,75 @@ async def test_a_replica_that_dies_during_an_update_is_replaced_on_the_new_versi
         await asyncio.sleep(1)
     assert victim not in served.replicas and set(served.replicas.values()) == {version + 1}, served
     await every_replica_samples(tiny_model, new, version + 1)
+
+
+async def test_a_batch_paused_across_an_update_continues_with_both_versions_exact(
+    base_url: str, tiny_model: Path, base_weights: Weights
+) -> None:
+    """Pause at the turn boundary, push new weights, continue the partials: each call's tokens are stamped with
+    the version that sampled them, and their log-probs are that version's; every token generated is delivered."""
+    weights = PolicyWeights(APP)
+    model = serve.get_deployment_handle("Model", app_name=APP)
+    old, new = scaled(base_weights, 0.95), scaled(base_weights, 1.25)
+    version = await weights.current() + 1
+    await weights.push(version, tensors=old)
+    held = gate()
+    await held.close.remote()
+    arrivals = await held.count.remote()
+    generated_before = await generation_tokens(model)
+    async with GymClient(base_url, token=TOKEN) as client:
+        batch = client.rollouts([parked_row(i, "pause") for i in range(2)])
+        first_turns = asyncio.ensure_future(park_rollouts_of(batch))
+        while await held.count.remote() < arrivals + 2:  # both rollouts' first calls done, their tools parked
+            assert not first_turns.done(), first_turns.result()
+            await asyncio.sleep(0.05)
+        assert await batch.pause() == 1
+        await held.open.remote()
+        partials = await asyncio.wait_for(first_turns, timeout=300)
+        assert [(p["partial"], p["turns"]) for p in partials] == [(True, 1), (True, 1)]
+        await weights.push(version + 1, tensors=new)
+        done = await asyncio.wait_for(park_rollouts(client, [], partials=partials, max_policy_lag=1), timeout=300)
+    delivered = 0
+    for partial, row in zip(sorted(partials, key=task_of), sorted(done, key=task_of), strict=True):
+        assert "_ng_failure_class" not in row, row.get("error")
+        first, second = token_calls(row["response"]["output"])
+        assert first == token_calls(partial["response"]["output"])[0], "the paused turn's tokens, as sampled"
+        assert first["policy_version_spans"] == [[version, 0, len(first["generation_token_ids"])]]
+        assert second["policy_version_spans"] == [[version + 1, 0, len(second["generation_token_ids"])]]
+        assert [(s["turns"], s["policy_version_min"], s["policy_lag"]) for s in row["segments"]] == [
+            ([0, 1], version, 1),
+            ([1, 2], version + 1, 0),
+        ]
+        assert row["policy_lag"] == 1 and row["resumed_at_turn"] == 1 and check_contiguity(row).ok
+        for call, sampled_by in ((first, old), (second, new)):  # each under the weights of its version
+            prompt, generated = call["prompt_token_ids"], call["generation_token_ids"]
+            expected = forced_call_reference(tiny_model, sampled_by, prompt, generated, row)
+            assert max_diff(call["generation_log_probs"], expected) <= FP32
+            delivered += len(generated)
+    assert await generation_tokens(model) - generated_before == delivered, "no token generated was lost"
+
+
+def forced_call_reference(
+    tiny_model: Path, weights: Weights, prompt: list[int], generated: list[int], row: dict[str, Any]
+) -> list[float]:
+    """Transformers' log-probs of a forced tool call's tokens under `weights` and the sampler's grammar."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from gym_serve.environment.runner import EnvRunner
+    from tests.parked_env import Parked
+
+    policy = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tiny_model), dtype=torch.float32).eval()
+    policy.load_state_dict(weights)
+    tools = EnvRunner(Parked()).describe().tools
+    ranges = [(len(prompt), len(prompt) + len(generated))]
+    episode = prompt + generated
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    return [float(x) for x in constrained_logprobs(policy, tokenizer, episode, ranges, row, tools)]
+
+
+def task_of(row: dict[str, Any]) -> int:
+    return int(row["_ng_task_index"])
+
+
+async def park_rollouts_of(batch: Any) -> list[dict[str, Any]]:
+    return [r async for r in batch]

@@ -37,6 +37,7 @@ from gym_serve.trainers.source import run_groups  # noqa: E402
 from gym_serve.trainers.trl import TRLRollouts, gym_reward, ingress_push  # noqa: E402
 from gym_serve.wire.tokens import token_calls  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
+from tests.constrained import constrained_logprobs  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.serve, pytest.mark.timeout(420)]
 
@@ -462,7 +463,7 @@ async def test_openrlhf_executor_gives_openrlhfs_own_outputs_token_for_token(
         assert ours["reward"] == rollout["reward"] and ours["extra_logs"] == {"gym_serve_failed": 0.0}
 
         sampled = [i for start, end in ours["action_ranges"] for i in range(start, end)]
-        recomputed = constrained_logprobs(policy, tokenizer, episode, ours["action_ranges"], row)
+        recomputed = constrained_logprobs(policy, tokenizer, episode, ours["action_ranges"], row, weather_tools())
         given = torch.tensor([ours["rollout_log_probs"][i] for i in sampled])
         assert torch.allclose(given, recomputed, atol=1e-4), f"the sampler's log-probs: {given} vs {recomputed}"
         assert all(ours["rollout_log_probs"][i] == 0.0 for i in range(len(episode)) if i not in set(sampled))
@@ -471,37 +472,6 @@ async def test_openrlhf_executor_gives_openrlhfs_own_outputs_token_for_token(
         assert ours.keys() == theirs.keys()
         for key in ("observation_tokens", "action_ranges", "rollout_log_probs", "reward", "scores", "truncated"):
             assert ours[key] == theirs[key], key
-
-
-def constrained_logprobs(
-    policy: Any, tokenizer: Any, episode: list[int], ranges: list[tuple[int, int]], row: dict[str, Any]
-) -> torch.Tensor:
-    """The log-probs of the generated tokens recomputed with transformers, under the same constraint the sampler
-    had: the weather rows force a tool call (`tool_choice: required`), so each step's distribution is the model's
-    renormalised over the tokens the forced-call grammar allows there (xgrammar, vLLM's structured-output backend)."""
-    import xgrammar
-
-    from gym_serve.wire.hermes import forced_tool_call_regex
-
-    params = row["responses_create_params"]
-    regex = forced_tool_call_regex({**params, "tools": params.get("tools") or weather_tools()})
-    assert regex is not None
-    vocab = policy.config.vocab_size
-    compiled = xgrammar.GrammarCompiler(xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab))
-    grammar = compiled.compile_regex(regex)
-    with torch.no_grad():
-        logits = policy(torch.tensor([episode])).logits[0].float()
-    result = []
-    for start, end in ranges:
-        matcher = xgrammar.GrammarMatcher(grammar)
-        for position in range(start, end):
-            step = logits[position - 1].clone()[None]
-            mask = xgrammar.allocate_token_bitmask(1, vocab)
-            matcher.fill_next_token_bitmask(mask)
-            xgrammar.apply_token_bitmask_inplace(step, mask)
-            result.append(step[0].log_softmax(-1)[episode[position]].item())
-            matcher.accept_token(episode[position])
-    return torch.tensor(result)
 
 
 def weather_tools() -> list[dict[str, Any]]:

@@ -4,12 +4,17 @@ Both go through the replica's dispatcher (`gym_serve.collect.dispatch`), as a fi
 in-cluster stream do: the same row checks, task numbering, overrides, per-agent repeats, retries within
 `rollout_deadline_s`, failure rows and staleness bound.
 
-`/v1/rollouts` streams NDJSON lines as rollouts finish, or whole groups with `group_size`. A batch with a bad
-row is refused (422, 404 for an unknown agent) unless it asks `on_bad_row: fail`, which answers such a row with
-a `bad_input` failure line, as a collection writes one. When the client goes away, the batch's unfinished
-rollouts are cancelled down the handle calls and their slots come back at once. A batch with an
-`idempotency_key` that repeats an earlier one's replays the rollouts that finished then (header
-`Idempotency-Replayed: N`) and runs only the others (`.idempotency`).
+`/v1/rollouts` streams NDJSON lines as rollouts finish, or whole groups with `group_size` (finished early by a
+`group_policy`). A batch with a bad row is refused (422, 404 for an unknown agent) unless it asks
+`on_bad_row: fail`, which answers such a row with a `bad_input` failure line, as a collection writes one. When
+the client goes away, the batch's unfinished rollouts are cancelled down the handle calls and their slots come
+back at once. A batch with an `idempotency_key` that repeats an earlier one's replays the rollouts that
+finished then (header `Idempotency-Replayed: N`) and runs only the others (`.idempotency`).
+
+`POST /v1/rollouts/{batch_id}/pause` stops a running batch at its rollouts' next turn boundaries: its stream
+sends each unfinished rollout as a partial and ends (404 for a batch this replica does not run). A batch's
+`partials` are such rows sent back to be continued under the policy serving now; one altered since it was
+paused, or sent to another application or policy, is refused (422, naming the field).
 """
 
 from __future__ import annotations
@@ -18,23 +23,19 @@ import asyncio
 import hashlib
 import json
 import time
+import uuid
 from typing import Any, Literal
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, RootModel
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, RootModel, model_validator
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
-from gym_serve.collect.dispatch import (
-    Rejected,
-    Repeats,
-    Rollout,
-    RowProblems,
-    UnknownAgent,
-    check_repeats,
-)
+from gym_serve.collect.dispatch import Rollout, RowProblems, UnknownAgent
+from gym_serve.collect.groups import GroupPolicy
 from gym_serve.collect.staleness import Staleness
+from gym_serve.collect.stream import group_size_of, plan
 from gym_serve.deployments.ingress.batches import Batch, BatchResponse, NDJSONResponse
 from gym_serve.deployments.ingress.errors import IngressError, responses
 from gym_serve.deployments.ingress.idempotency import IdempotencyConflict, IdempotencyMismatch
@@ -54,9 +55,17 @@ SOURCE = "rows"
 class RolloutsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    rows: list[dict[str, Any]] = Field(min_length=1, description="NeMo Gym rows (`responses_create_params` + fields).")
+    rows: list[dict[str, Any]] = Field(
+        default_factory=list, description="NeMo Gym rows (`responses_create_params` + fields)."
+    )
+    partials: list[dict[str, Any]] = Field(
+        default_factory=list, description="Partial rollouts of a paused batch, to continue under the current policy."
+    )
     num_repeats: int | dict[str, int] = Field(default=1, description="Rollouts per task, or per agent name.")
     group_size: int | None = Field(default=None, ge=1, description="Send each task's rollouts together, in groups.")
+    group_policy: GroupPolicy | None = Field(
+        default=None, description="Finish a group before all its rollouts have (long-tail control)."
+    )
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     max_output_tokens: int | None = Field(default=None, ge=1)
@@ -73,6 +82,18 @@ class RolloutsRequest(BaseModel):
         max_length=200,
         description="Re-sending a batch with its key replays what finished.",
     )
+    batch_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="The batch's id for `/v1/rollouts/{batch_id}/pause` (default: the idempotency key, else new).",
+    )
+
+    @model_validator(mode="after")
+    def _something_to_run(self) -> RolloutsRequest:
+        if not self.rows and not self.partials:
+            raise ValueError("give `rows` to run, `partials` to continue, or both")
+        return self
 
     def overrides(self) -> dict[str, Any]:
         chosen = self.model_dump(include={"temperature", "top_p", "max_output_tokens"})
@@ -125,16 +146,28 @@ async def run(replica: CurrentReplica, body: RowBody) -> JSONResponse:
     },
 )
 async def rollouts(replica: CurrentReplica, request: RolloutsRequest) -> NDJSONResponse:
+    batch_id = request.batch_id or request.idempotency_key or uuid.uuid4().hex
+    if batch_id in replica.batches:
+        raise IngressError(409, f"batch `{batch_id}` is still running", field="batch_id")
     try:
-        check_repeats(request.num_repeats, replica.args.agents)
+        work, rejected = await plan(
+            replica.dispatcher,
+            request.rows,
+            request.partials,
+            num_repeats=request.num_repeats,
+            group_size=request.group_size,
+            group_policy=request.group_policy,
+            overrides=request.overrides(),
+        )
     except ValueError as e:
-        raise IngressError(400, str(e), field="num_repeats") from None
-    work, rejected = _planned(replica, request.rows, request.num_repeats, request.overrides())
+        field = "group_policy" if str(e).startswith("group_policy") else "num_repeats"
+        raise IngressError(400, str(e), field=field) from None
     if rejected and request.on_bad_row == "refuse":
-        raise _refusal(rejected[0].error, prefix=f"rows.{rejected[0].line - 1}.")
+        first = rejected[0]
+        raise _refusal(first.error, prefix=f"{first.error.source or SOURCE}.{first.line - 1}.")
     key = request.idempotency_key
     replayed = _replayed(replica, request) if key is not None else {}
-    pending = [i for i in range(len(work)) if i not in replayed]
+    pending = {i: rollout for i, rollout in enumerate(work) if i not in replayed}
     try:
         lease = _admit(replica, len(pending))
     except IngressError:
@@ -144,10 +177,42 @@ async def rollouts(replica: CurrentReplica, request: RolloutsRequest) -> NDJSONR
     staleness = None
     if request.max_policy_lag is not None:
         staleness = Staleness(request.max_policy_lag, flag_stale=request.flag_stale)
-    failed = [r.failure_row(SOURCE) for r in rejected]
-    batch = Batch(replica, lease, {i: work[i] for i in pending}, replayed, failed, request.group_size, key, staleness)
+    batch = Batch(
+        replica,
+        lease,
+        batch_id,
+        pending,
+        replayed={i: (work[i], row) for i, row in replayed.items()},
+        failed=[r.failure_row(r.error.source or SOURCE) for r in rejected],
+        group_size=group_size_of(request.group_size, request.num_repeats, request.group_policy),
+        group_policy=request.group_policy,
+        key=key,
+        staleness=staleness,
+    )
     replica.metrics.replayed(len(replayed))
     return BatchResponse(batch, headers={"Idempotency-Replayed": str(len(replayed))} if key else None)
+
+
+class Paused(BaseModel):
+    batch_id: str
+    running: int = Field(description="Rollouts that were running: each comes back finished, or as a partial.")
+
+
+@router.post(
+    "/v1/rollouts/{batch_id}/pause",
+    summary="Stop a running batch at its rollouts' next turn boundaries; its stream sends the rest as partials",
+    response_model=Paused,
+    responses=responses(401, 404),
+)
+async def pause(replica: CurrentReplica, batch_id: str) -> Paused:
+    batch = replica.batches.get(batch_id)
+    if batch is None:
+        raise IngressError(
+            404,
+            f"no running batch `{batch_id}` on this ingress replica (it finished, or never started here)",
+            field="batch_id",
+        )
+    return Paused(batch_id=batch_id, running=await batch.pause())
 
 
 def _resolved(replica: Replica, row: Any) -> str:
@@ -155,22 +220,6 @@ def _resolved(replica: Replica, row: Any) -> str:
         return replica.dispatcher.resolve(row, line=1)
     except InputError as e:
         raise _refusal(e, prefix="") from None
-
-
-def _planned(
-    replica: Replica, rows: list[dict[str, Any]], num_repeats: Repeats, overrides: dict[str, Any]
-) -> tuple[list[Rollout], list[Rejected]]:
-    work: list[Rollout] = []
-    rejected: list[Rejected] = []
-    expanded = replica.dispatcher.expand(
-        enumerate(rows, 1), num_repeats=num_repeats, overrides=overrides, source=SOURCE
-    )
-    for item in expanded:
-        if isinstance(item, Rejected):
-            rejected.append(item)
-        else:
-            work.append(item)
-    return work, rejected
 
 
 def _refusal(error: InputError, *, prefix: str) -> IngressError:

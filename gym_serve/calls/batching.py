@@ -29,10 +29,18 @@ the call's routing key, each turn's calls are grouped by key, and each group is
 sent as `send(items, key)`, so the request carries its calls' key (calls without
 a key are split by `parts` and sent with the key None).
 
+A streaming call may also report progress before its result (`stream_batch(..., reports=True)` gives each
+call a `report` function; the Agent reports each rollout's completed turns): a `Progress` value on the stream
+goes to that call's `on_progress`, not to its result.
+
 When every caller of a batch has given up (cancelled: a client went away, a
 deadline passed), the batch's request is cancelled too, so the replica stops
 the work (`stream_batch` cancels its calls, which cancels their own handle
 calls in turn) instead of finishing rollouts nobody will read.
+
+A call made in a traced rollout carries its trace context (`gym_serve.calls.tracing.carrier`): a request whose
+calls carry any is sent with `traces=[carrier or None per call]`, and `stream_batch` runs each call in its own
+span; untraced calls add no argument and no work.
 """
 
 from __future__ import annotations
@@ -42,12 +50,38 @@ import contextvars
 import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-__all__ = ["BatchedResponses", "MicroBatcher", "stream_batch"]
+from gym_serve.calls import tracing
+
+__all__ = ["BatchedResponses", "MicroBatcher", "Progress", "stream_batch"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class Progress:
+    """A report a streaming call sends before its result (see the module docstring)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+OnProgress = Callable[[Any], None]
+
+
+@dataclass
+class _Group(Generic[T, R]):
+    """The calls of one flush that go in one request (one routing key): each call's item, future, listener and
+    trace context."""
+
+    items: list[T] = field(default_factory=list)
+    futures: list[asyncio.Future[R]] = field(default_factory=list)
+    listeners: list[OnProgress | None] = field(default_factory=list)
+    carriers: list[tracing.Carrier | None] = field(default_factory=list)
 
 
 class MicroBatcher(Generic[T, R]):
@@ -77,14 +111,19 @@ class MicroBatcher(Generic[T, R]):
         self.latency_s = 0.0  # moving average of a call's time from send to result
         self._items: list[T] = []
         self._futures: list[asyncio.Future[R]] = []
+        self._listeners: list[OnProgress | None] = []
+        self._carriers: list[tracing.Carrier | None] = []
         self._timer: asyncio.Handle | None = None
         self._sending: set[asyncio.Task[None]] = set()
 
-    async def __call__(self, item: T) -> R:
+    async def __call__(self, item: T, on_progress: OnProgress | None = None) -> R:
+        """The item's result; `on_progress` hears the `Progress` values its call reports before it."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
         self._items.append(item)
         self._futures.append(future)
+        self._listeners.append(on_progress)
+        self._carriers.append(tracing.carrier())
         if len(self._items) >= self._max_size:
             self._flush()
         elif self._timer is None:
@@ -97,42 +136,69 @@ class MicroBatcher(Generic[T, R]):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        items, futures = self._items, self._futures
-        self._items, self._futures = [], []
-        groups: dict[str | None, tuple[list[T], list[asyncio.Future[R]]]] = {}
-        for item, future in zip(items, futures, strict=True):
-            group = groups.setdefault(self._route(item) if self._route else None, ([], []))
-            group[0].append(item)
-            group[1].append(future)
-        for key, (keyed_items, keyed_futures) in groups.items():
-            parts = min(self._parts(), len(keyed_items)) if self._parts and key is None else 1
+        items, futures, listeners, carriers = self._items, self._futures, self._listeners, self._carriers
+        self._items, self._futures, self._listeners, self._carriers = [], [], [], []
+        groups: dict[str | None, _Group[T, R]] = {}
+        for item, future, listener, found in zip(items, futures, listeners, carriers, strict=True):
+            group = groups.setdefault(self._route(item) if self._route else None, _Group())
+            group.items.append(item)
+            group.futures.append(future)
+            group.listeners.append(listener)
+            group.carriers.append(found)
+        for key, group in groups.items():
+            parts = min(self._parts(), len(group.items)) if self._parts and key is None else 1
             for part in range(parts):  # calls part, part + parts, ...: each request gets a share
-                self._start(keyed_items[part::parts], keyed_futures[part::parts], key)
+                share = slice(part, None, parts)
+                self._start(
+                    group.items[share], group.futures[share], group.listeners[share], key, group.carriers[share]
+                )
 
-    def _start(self, items: list[T], futures: list[asyncio.Future[R]], key: str | None = None) -> None:
+    def _start(
+        self,
+        items: list[T],
+        futures: list[asyncio.Future[R]],
+        listeners: list[OnProgress | None],
+        key: str | None = None,
+        carriers: list[tracing.Carrier | None] | None = None,
+    ) -> None:
         if items:
             # A fresh context: in a Serve replica, a handle call takes its Serve request id from the calling
             # request's context, and the requests of one flush would all carry the id of the request whose
             # call started the flush (see also `SessionRouter._fulfill_next_pending_request`).
             context = contextvars.Context()
-            task = asyncio.get_running_loop().create_task(self._deliver(items, futures, key), context=context)
+            traces = carriers if carriers and any(carriers) else None
+            delivery = self._deliver(items, futures, listeners, key, traces)
+            task = asyncio.get_running_loop().create_task(delivery, context=context)
             self._sending.add(task)  # keep a reference until it is done
             task.add_done_callback(self._sending.discard)
             abandon = functools.partial(_abandon_if_unwanted, task, futures)
             for future in futures:
                 future.add_done_callback(abandon)
 
-    async def _deliver(self, items: list[T], futures: list[asyncio.Future[R]], key: str | None) -> None:
+    async def _deliver(
+        self,
+        items: list[T],
+        futures: list[asyncio.Future[R]],
+        listeners: list[OnProgress | None],
+        key: str | None,
+        traces: list[tracing.Carrier | None] | None = None,
+    ) -> None:
         reply = None
         self._outstanding += 1
         started = time.perf_counter()
+        extra = {} if traces is None else {"traces": traces}
         try:
-            reply = self._send(items, key) if self._route else self._send(items)
+            reply = self._send(items, key, **extra) if self._route else self._send(items, **extra)
             if hasattr(reply, "__aiter__"):
                 async for chunk in reply:
                     self._observe(time.perf_counter() - started)
                     for index, result in chunk:
-                        _settle(futures[index], result)
+                        if isinstance(result, Progress):
+                            listener = listeners[index]
+                            if listener is not None and not futures[index].done():
+                                listener(result.value)
+                        else:
+                            _settle(futures[index], result)
                 missing = RuntimeError("the batch's stream ended before this call's result")
                 for future in futures:
                     _settle(future, missing)
@@ -179,22 +245,58 @@ def _settle(future: asyncio.Future[Any], result: Any) -> None:
 
 
 async def stream_batch(
-    fn: Callable[..., Awaitable[Any]], calls: list[tuple[Any, ...]]
+    fn: Callable[..., Awaitable[Any]],
+    calls: list[tuple[Any, ...]],
+    traces: list[tracing.Carrier | None] | None = None,
+    *,
+    reports: bool = False,
 ) -> AsyncIterator[list[tuple[int, Any]]]:
     """Run `fn(*args)` for every call concurrently; yield `(index, result or exception)` pairs as calls finish.
 
     The calls that finish together are yielded together (each yield is a message
-    on the stream, and costs about as much as a small request).
+    on the stream, and costs about as much as a small request). With `reports`,
+    each call is `fn(*args, report=...)`, and what it reports goes out as
+    `(index, Progress(value))` pairs, ahead of its result. With `traces` (the
+    callers' trace contexts, `MicroBatcher`), a traced call runs in a span named
+    for this replica's tier and `fn`.
     """
-    tasks = {asyncio.ensure_future(fn(*args)): i for i, args in enumerate(calls)}
-    pending = set(tasks)
+    ready: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+
+    def reporter(index: int) -> Callable[[Any], None]:
+        return lambda value: ready.put_nowait((index, Progress(value)))
+
+    def finished(index: int, task: asyncio.Future[Any]) -> None:
+        ready.put_nowait((index, asyncio.CancelledError() if task.cancelled() else task.exception() or task.result()))
+
+    tasks = []
+    for index, args in enumerate(calls):
+        call = functools.partial(fn, report=reporter(index)) if reports else fn
+        found = traces[index] if traces is not None else None
+        name = getattr(fn, "__name__", "call")
+        task = asyncio.ensure_future(_traced(call, name, args, found, len(calls)) if found else call(*args))
+        task.add_done_callback(functools.partial(finished, index))
+        tasks.append(task)
+    left = len(tasks)
     try:
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            yield [(tasks[task], task.exception() or task.result()) for task in done]
+        while left:
+            chunk = [await ready.get()]
+            while not ready.empty():
+                chunk.append(ready.get_nowait())
+            left -= sum(not isinstance(result, Progress) for _, result in chunk)
+            yield chunk
     finally:
-        for task in pending:
+        for task in tasks:
             task.cancel()
+
+
+async def _traced(
+    fn: Callable[..., Awaitable[Any]], name: str, args: tuple[Any, ...], found: tracing.Carrier, size: int
+) -> Any:
+    """`fn(*args)` in the replica's span of the call (`<tier>.<name>`, with the micro-batch's size)."""
+    with tracing.served(found, name, {"gym_serve.batch_size": size}) as current:
+        result = await fn(*args)
+        tracing.result_attributes(current, result)
+        return result
 
 
 class BatchedResponses:
@@ -215,7 +317,7 @@ class BatchedResponses:
         return None
 
     async def responses_batch(
-        self, calls: list[tuple[dict[str, Any], str | None]]
+        self, calls: list[tuple[dict[str, Any], str | None]], traces: list[tracing.Carrier | None] | None = None
     ) -> AsyncIterator[list[tuple[int, Any]]]:
-        async for item in stream_batch(self.responses, calls):
+        async for item in stream_batch(self.responses, calls, traces):
             yield item

@@ -15,6 +15,7 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from gym_serve.calls import tracing
 from gym_serve.calls.batching import MicroBatcher
 from gym_serve.calls.replica_count import replica_counts
 from gym_serve.calls.routing import pinned_key, session_bucket
@@ -48,21 +49,26 @@ def agent_batcher(agent: str) -> MicroBatcher[dict[str, Any], dict[str, Any]]:
     """
     run_batch = serve.get_app_handle(agent).options(stream=True).run_batch
     return MicroBatcher(
-        lambda rows: run_batch.remote(rows), max_size=32, parts=functools.partial(replica_counts.of, agent, "Agent")
+        lambda rows, **traces: run_batch.remote(rows, **traces),
+        max_size=32,
+        parts=functools.partial(replica_counts.of, agent, "Agent"),
     )
 
 
 class AgentBatchers:
-    """`await agents(name, row)`: the rollout of `row` on the agent application `name`, micro-batched per agent."""
+    """`await agents(name, row)`: the rollout of `row` on the agent application `name`, micro-batched per agent;
+    `on_turn` hears the record of each turn the rollout completes (what the Agent reports ahead of the row)."""
 
     def __init__(self) -> None:
         self._batchers: dict[str, MicroBatcher[dict[str, Any], dict[str, Any]]] = {}
 
-    async def __call__(self, agent: str, row: dict[str, Any]) -> dict[str, Any]:
+    async def __call__(
+        self, agent: str, row: dict[str, Any], on_turn: Callable[[dict[str, Any]], None] | None = None
+    ) -> dict[str, Any]:
         batcher = self._batchers.get(agent)
         if batcher is None:
             batcher = self._batchers[agent] = agent_batcher(agent)
-        return await batcher(row)
+        return await batcher(row, on_turn)
 
 
 def _replicas_of(handle: DeploymentHandle) -> Callable[[], int]:
@@ -108,7 +114,10 @@ class ModelHandle:
         if self._batcher is None or (self._batcher.done() and self._batcher.exception() is not None):
             self._batcher = asyncio.ensure_future(self._make_batcher())  # asked again if asking failed
         batched = await asyncio.shield(self._batcher)
-        return await batched((request, session))
+        with tracing.span("model_call", {"gym_serve.session": session or ""}) as current:
+            response = await batched((request, session))
+            tracing.result_attributes(current, response)
+            return response
 
     async def _make_batcher(self) -> MicroBatcher[ModelCall, dict[str, Any]]:
         buckets = await self._handle.affinity_buckets.remote() if self._affinity else None
@@ -118,7 +127,9 @@ class ModelHandle:
             return None if call[1] is None or not buckets else f"bucket-{session_bucket(call[1], buckets)}"
 
         return MicroBatcher(
-            lambda calls, key=None: sender(key)(calls), parts=_replicas_of(self._handle), route=bucket_of
+            lambda calls, key=None, **traces: sender(key)(calls, **traces),
+            parts=_replicas_of(self._handle),
+            route=bucket_of,
         )
 
 
@@ -137,29 +148,47 @@ class EnvironmentHandle:
 
         def batcher(method: str, state_at: int | None) -> MicroBatcher[tuple[Any, ...], Any]:
             route = (lambda call: pinned_key(call[state_at])) if state_at is not None else None
-            return MicroBatcher(lambda calls, key=None: sender(key)(method, calls), parts=parts, route=route)
+            return MicroBatcher(
+                lambda calls, key=None, **traces: sender(key)(method, calls, **traces), parts=parts, route=route
+            )
 
         self._seed = batcher("seed", None)
         self._call_tools = batcher("call_tools", 1)
         self._user_turn = batcher("user_turn", 2)
         self._verify = batcher("verify", 2)
+        self._snapshot = batcher("snapshot", 0)
+        self._restore = batcher("restore", 1)
         self._http = batcher("http", 2)
 
     async def seed(self, row: dict[str, Any]) -> Any:
-        return await self._seed((row,))
+        with tracing.span("seed"):
+            return await self._seed((row,))
 
     async def call_tools(self, calls: list[dict[str, Any]], state: Any) -> tuple[list[dict[str, Any]], Any]:
-        return await _on_session(state, self._call_tools((calls, state)))
+        names = [str(call.get("name")) for call in calls]
+        with tracing.span("tool_call", {"gym_serve.tools": names, "gym_serve.tool_calls": len(calls)}):
+            return await _on_session(state, self._call_tools((calls, state)))
 
     async def user_turn(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> tuple[Any, Any]:
-        return await _on_session(state, self._user_turn((row, response, state)))
+        with tracing.span("user_turn"):
+            return await _on_session(state, self._user_turn((row, response, state)))
 
     async def verify(self, row: dict[str, Any], response: dict[str, Any], state: Any) -> dict[str, Any]:
-        return await _on_session(state, self._verify((row, response, state)))
+        with tracing.span("verify") as current:
+            verdict = await _on_session(state, self._verify((row, response, state)))
+            tracing.result_attributes(current, verdict)
+            return verdict
+
+    async def snapshot(self, state: Any) -> str | None:
+        return await self._snapshot((state,))
+
+    async def restore(self, snapshot: str, state: Any) -> Any:
+        return await self._restore((snapshot, state))
 
     async def http(self, path: str, body: bytes, cookies: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
         """A NeMo Gym agent's call to a hosted server; cookies naming the replica of its session pin it there."""
-        return await _on_session(cookies, self._http((path, body, cookies)))
+        with tracing.span("environment_http", {"gym_serve.path": path}):
+            return await _on_session(cookies, self._http((path, body, cookies)))
 
 
 async def _on_session(state: Any, call: Awaitable[Any]) -> Any:

@@ -66,6 +66,10 @@ class Outcome:
     backpressure_waits: int = 0
     latency_s: float = 0.0
     """Of the attempt that finished."""
+    stopped: bool = False
+    """It was told to stop while an attempt failed: not tried again (its caller makes it a partial)."""
+    partial: bool = False
+    """`row` is a partial: the rollout stopped at a turn boundary, to be continued (`gym_serve.rollout.checkpoint`)."""
 
     @property
     def ok(self) -> bool:
@@ -85,16 +89,18 @@ async def run_attempts(
     *,
     spent: int = 0,
     on_backpressure: Callable[[], None] | None = None,
+    stopping: Callable[[], bool] | None = None,
 ) -> Outcome:
     """Run `call()` (one attempt at `row`'s rollout) until it finishes or gives up; never raises but cancellation.
 
     `spent` attempts were used before (a resumed collection). `on_backpressure`
     hears each back-pressure rejection, so the caller can shrink its window.
+    `stopping()` true after a retryable failure: no more attempts (`Outcome.stopped`).
     """
     outcome = Outcome(row, None, spent)
     try:
         async with asyncio.timeout(policy.deadline_s):
-            return await _attempts(call, row, policy, rng, outcome, on_backpressure)
+            return await _attempts(call, row, policy, rng, outcome, on_backpressure, stopping)
     except TimeoutError:
         return _failed(
             outcome, FailureKind.AGENT_TIMEOUT, f"rollout did not finish within its deadline of {policy.deadline_s} s"
@@ -108,6 +114,7 @@ async def _attempts(
     rng: random.Random,
     outcome: Outcome,
     on_backpressure: Callable[[], None] | None,
+    stopping: Callable[[], bool] | None,
 ) -> Outcome:
     while True:
         outcome.attempts += 1
@@ -123,6 +130,9 @@ async def _attempts(
                     on_backpressure()
                 await asyncio.sleep(policy.backoff_s(outcome.backpressure_waits, rng))
                 continue
+            if kind in RETRYABLE and stopping is not None and stopping():
+                outcome.stopped = True
+                return outcome
             if kind in RETRYABLE and outcome.attempts < policy.max_attempts:
                 outcome.retries += 1
                 await asyncio.sleep(policy.backoff_s(outcome.attempts, rng))

@@ -7,27 +7,40 @@ every finished rollout to the output at once. Memory is bounded by the in-flight
 size.
 
 Nothing is dropped: a bad row is written to `<out>_failures.jsonl` as `bad_input` with its line; a rollout
-that cannot finish is written there as a failure row. `resume` continues from the files on disk
-(`gym_serve.collect.resume`) without running a finished key again.
+that cannot finish is written there as a failure row. Every turn a rollout completes is journaled in
+`<out>_journal.jsonl` (`gym_serve.collect.journal`). `resume` continues from the files on disk
+(`gym_serve.collect.resume`) without running a finished key again, and an unfinished rollout goes on from
+its last journaled turn.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import random
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import ray
 
+from gym_serve.calls import tracing
 from gym_serve.collect.attempts import Outcome, failure_row
 from gym_serve.collect.dispatch import Dispatcher, Send
-from gym_serve.collect.job import CollectJob, CollectSummary, Key, failures_path, rollout_key, sibling_path
+from gym_serve.collect.job import (
+    CollectJob,
+    CollectSummary,
+    Key,
+    failures_path,
+    journal_path,
+    rollout_key,
+    sibling_path,
+)
+from gym_serve.collect.journal import Journal, JournalWriter, load_journal
 from gym_serve.collect.materialize import materialize
 from gym_serve.collect.resume import Progress, load_progress
 from gym_serve.collect.staleness import Staleness
@@ -37,6 +50,7 @@ from gym_serve.wire.jsonl import JsonlWriter
 __all__ = ["Collection", "RolloutDriver", "driver_on", "follow", "write_ordered"]
 
 _LATENCY_SAMPLES = 10_000
+_SKIPPED_SHOWN = 20
 
 
 class Collection:
@@ -59,7 +73,12 @@ class Collection:
             staleness=staleness,
             send=send,
             seed=seed,
+            trace=job.trace,
+            trace_sample=job.trace_sample,
+            journal=self._journaled if job.turn_checkpoints else None,
+            checkpoints=job.turn_checkpoints,
         )
+        self._journal: JournalWriter | None = None
         self.window = self.dispatcher.window
         self.out = Path(job.output_path)
         self.summary = CollectSummary(
@@ -75,38 +94,54 @@ class Collection:
         self._started = time.perf_counter()
 
     async def run(self) -> CollectSummary:
-        progress = self._prepare_files()
+        progress, journal = self._prepare_files()
+        turns = JournalWriter(journal_path(self.out)) if self.job.turn_checkpoints else nullcontext(None)
         with (
             JsonlWriter(self.out) as writer,
             JsonlWriter(failures_path(self.out)) as failed,
             JsonlWriter(self.summary.materialized_path, append=False, flush=False) as materialized,
+            turns as self._journal,
         ):
             self._writer, self._failed = writer, failed
-            running: set[asyncio.Task[Outcome]] = set()
-            last_line = 0
-            for rollout in materialize(self.job, self._on_bad_row, self.dispatcher):
-                if rollout.line != last_line:
-                    self.summary.rows_read += 1
-                    last_line = rollout.line
-                materialized.write(rollout.row)
-                self.summary.rollouts_expected += 1
-                key = rollout.key
-                if key in progress.done:
-                    self.summary.rollouts_resumed += 1
-                    continue
-                if key in progress.failed_for_good:
-                    self.summary.failures_kept += 1
-                    continue
-                task = await self.dispatcher.start(rollout, spent=progress.attempts.get(key, 0))
-                task.add_done_callback(self._record)
-                running.add(task)
-                task.add_done_callback(running.discard)
-            if running:
-                await asyncio.gather(*running)
+            await self._dispatch(progress, journal, materialized)
+        self._journal = None
+        if self.job.trace is not None:
+            tracing.flush()
+        if self.job.turn_checkpoints and not self.summary.failures:  # nothing left to go on from
+            journal_path(self.out).unlink(missing_ok=True)
         if self.job.ordered:
             self.summary.ordered_path = str(write_ordered(self.out))
         self.summary.finished = True
         return self.snapshot()
+
+    async def _dispatch(self, progress: Progress, journal: Journal, materialized: JsonlWriter) -> None:
+        """Start every rollout of the input the files do not hold yet (from its last journaled turn), then wait."""
+        running: set[asyncio.Task[Outcome]] = set()
+        last_line = 0
+        for rollout in materialize(self.job, self._on_bad_row, self.dispatcher):
+            if rollout.line != last_line:
+                self.summary.rows_read += 1
+                last_line = rollout.line
+            materialized.write(rollout.row)
+            self.summary.rollouts_expected += 1
+            key = rollout.key
+            if key in progress.done:
+                self.summary.rollouts_resumed += 1
+                continue
+            if key in progress.failed_for_good:
+                self.summary.failures_kept += 1
+                continue
+            checkpoint = journal.checkpoints.get(key)
+            if checkpoint is not None:
+                rollout = dataclasses.replace(rollout, resume=checkpoint)
+                self.summary.rollouts_resumed_mid_way += 1
+                self.summary.turns_restored += checkpoint.turn
+            task = await self.dispatcher.start(rollout, spent=progress.attempts.get(key, 0))
+            task.add_done_callback(self._record)
+            running.add(task)
+            task.add_done_callback(running.discard)
+        if running:
+            await asyncio.gather(*running)
 
     def snapshot(self) -> CollectSummary:
         s = self.summary
@@ -124,12 +159,23 @@ class Collection:
             s.latency_p50_s, s.latency_p95_s, s.latency_p99_s = pick(0.5), pick(0.95), pick(0.99)
         return s.model_copy()
 
-    def _prepare_files(self) -> Progress:
+    def _prepare_files(self) -> tuple[Progress, Journal]:
         if self.job.resume:
-            return load_progress(self.out, failures_path(self.out), self.job.max_attempts)
-        for path in (self.out, failures_path(self.out)):
+            progress = load_progress(self.out, failures_path(self.out), self.job.max_attempts)
+            if not self.job.turn_checkpoints:
+                return progress, Journal()
+            journal = load_journal(journal_path(self.out), progress.done | progress.failed_for_good)
+            self.summary.journal_skipped = [f"line {n}: {why}" for n, why in journal.skipped[:_SKIPPED_SHOWN]]
+            if len(journal.skipped) > _SKIPPED_SHOWN:
+                self.summary.journal_skipped.append(f"and {len(journal.skipped) - _SKIPPED_SHOWN} more")
+            return progress, journal
+        for path in (self.out, failures_path(self.out), journal_path(self.out)):
             path.unlink(missing_ok=True)
-        return Progress()
+        return Progress(), Journal()
+
+    def _journaled(self, key: Key, record: dict[str, Any]) -> None:
+        if self._journal is not None:
+            self._journal(key, record)
 
     def _on_bad_row(self, line: int, error: InputError) -> None:
         self.summary.rows_read += 1

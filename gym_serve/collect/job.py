@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
+from gym_serve.calls import tracing
 from gym_serve.collect.attempts import RetryPolicy
 from gym_serve.collect.dispatch import Repeats, check_repeats
 
-__all__ = ["CollectJob", "CollectSummary", "Key", "failures_path", "rollout_key", "sibling_path"]
+__all__ = ["CollectJob", "CollectSummary", "Key", "failures_path", "journal_path", "rollout_key", "sibling_path"]
 
 Key = tuple[str, int, int]
 """A rollout's identity: (agent, `_ng_task_index`, `_ng_rollout_index`)."""
@@ -42,6 +43,24 @@ class CollectJob(BaseModel):
         "current one (gym_serve.collect.staleness).",
     )
     flag_stale: bool = Field(default=False, description="Keep such rollouts, marked `policy_stale`, instead.")
+    turn_checkpoints: bool = Field(
+        default=True,
+        description="Journal every completed turn (`<out>_journal.jsonl`): a retried attempt and a resumed "
+        "collection go on from a rollout's last completed turn (gym_serve.collect.journal).",
+    )
+    trace: str | None = Field(
+        default=None,
+        description="One OpenTelemetry trace per rollout, to this JSON-lines file or http(s):// OTLP endpoint "
+        "(gym_serve.calls.tracing); None: no tracing.",
+    )
+    trace_sample: float = Field(
+        default=1.0, gt=0.0, le=1.0, description="The share of rollouts traced (drawn at random), with `trace`."
+    )
+
+    @field_validator("trace")
+    @classmethod
+    def _trace_destination(cls, value: str | None) -> str | None:
+        return None if value is None else tracing.destination(value)
 
     @model_validator(mode="after")
     def _shard_in_range(self) -> CollectJob:
@@ -73,6 +92,11 @@ class CollectSummary(BaseModel):
     rollouts_resumed: int = 0
     failures: int = 0
     failures_kept: int = 0
+    rollouts_resumed_mid_way: int = Field(default=0, description="Unfinished rollouts resumed at their last turn.")
+    turns_restored: int = Field(default=0, description="Completed turns those rollouts did not run again.")
+    journal_skipped: list[str] = Field(
+        default_factory=list, description="Journal lines a resume could not use (torn, corrupt), and why."
+    )
     failures_by_class: dict[str, int] = Field(default_factory=dict)
     retries: int = 0
     backpressure_waits: int = 0
@@ -105,3 +129,8 @@ def rollout_key(row: dict[str, Any]) -> Key:
 
 def failures_path(output_path: str | Path) -> Path:
     return sibling_path(output_path, "failures.jsonl")
+
+
+def journal_path(output_path: str | Path) -> Path:
+    """Where a collection journals its rollouts' completed turns (`gym_serve.collect.journal`)."""
+    return sibling_path(output_path, "journal.jsonl")

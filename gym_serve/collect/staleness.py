@@ -34,9 +34,8 @@ class Staleness:
         self.flag_stale = flag_stale
         self._current = current or policy_version_of_agent()
 
-    async def checked(self, agent: str, rollout: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    async def checked(self, agent: str, row: dict[str, Any]) -> dict[str, Any]:
         """The rollout, with its `policy_lag`; raises `StalePolicy` (retryable) past the bound unless flagging."""
-        row = await rollout
         oldest = row.get("policy_version_min")
         if oldest is None:
             return row

@@ -130,6 +130,12 @@ class Environment(Generic[TaskT, StateT]):
     ends at the first model turn with calls, which `verify` judges and nothing runs (NeMo Gym's
     `execute_tool_calls: false`). The tools the model may call come from the row's
     `responses_create_params.tools`."""
+    replay_safe_tools: ClassVar[bool] = True
+    """True when everything the tools change lives in the rollout's `State` (or in what `snapshot` saves), so a
+    rollout can go on from its last completed turn: a retried attempt, a resumed collection, a partial a
+    trainer continues (`gym_serve.rollout.checkpoint`). Set it False for tools that change something outside the
+    rollout (a database, a service): such a rollout then starts over on a retry, and a trainer's pause lets it
+    finish instead of stopping it."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -196,6 +202,16 @@ class Environment(Generic[TaskT, StateT]):
         not override it end the episode at the model's first plain answer.
         """
         return None
+
+    async def snapshot(self, state: StateT) -> str | None:
+        """Optional: after every completed turn, the id of a snapshot of what the tools changed outside `state`
+        (a sandbox's files), from which `restore` brings it back. The default takes none: all is in `state`."""
+        return None
+
+    async def restore(self, snapshot: str, state: StateT) -> StateT:
+        """Optional: a rollout resumed from a checkpoint whose `snapshot` is this id: bring the workspace back and
+        return the state to go on with."""
+        return state
 
     async def verify(self, task: TaskT, response: Response, state: StateT) -> float | Verdict:
         """Score the finished episode: `response.output` holds every item of it."""

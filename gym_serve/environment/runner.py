@@ -1,8 +1,9 @@
 """`EnvRunner`: an environment behind the wire interface the agent calls.
 
 The agent talks to environments in plain dicts (what crosses a Serve handle):
-`describe`, `seed`, `call_tools`, `user_turn`, `verify`. The Serve deployment is a thin
-wrapper around this class, and tests use it in-process.
+`describe`, `seed`, `call_tools`, `user_turn`, `verify`, and `snapshot`/`restore` for an
+environment that saves a workspace at turn boundaries. The Serve deployment is a
+thin wrapper around this class, and tests use it in-process.
 
 Mistakes the *model* makes (an unknown tool, arguments that are not valid
 JSON or do not fit the tool's schema, a tool that raises) become
@@ -58,6 +59,11 @@ class EnvInfo(BaseModel):
     replica_sessions: bool = False
     """The environment keeps each rollout's state in the memory of the replica that seeded it (a hosted NeMo Gym
     server): every later call of the rollout must reach that replica."""
+    replay_safe_tools: bool = False
+    """A rollout can go on from its last completed turn: its tools change nothing outside what the rollout
+    carries (`Environment.replay_safe_tools`)."""
+    snapshots: bool = False
+    """The environment snapshots what its tools change outside the state after every turn (`snapshot`)."""
 
 
 class EnvRunner:
@@ -73,6 +79,8 @@ class EnvRunner:
             has_user_turn=type(env).user_turn is not Environment.user_turn,
             execute_tool_calls=type(env).execute_tool_calls,
             verify_timeout_s=env.verify_timeout_s,
+            replay_safe_tools=type(env).replay_safe_tools,
+            snapshots=type(env).snapshot is not Environment.snapshot,
         )
         self._verify = _without_unused_state(env.verify)
         self._user_turn = _without_unused_state(env.user_turn)
@@ -110,6 +118,20 @@ class EnvRunner:
         except Exception as e:
             raise EnvError(f"`{type(self.env).name()}.user_turn` raised {type(e).__name__}: {e}") from e
         return (turn.model_dump() if turn is not None else None), _dump(live_state)
+
+    async def snapshot(self, state: State) -> str | None:
+        """The id of a snapshot of what the rollout's tools changed outside its state (see `Environment.snapshot`)."""
+        try:
+            return await self.env.snapshot(self._load_state(state))
+        except Exception as e:
+            raise EnvError(f"`{type(self.env).name()}.snapshot` raised {type(e).__name__}: {e}") from e
+
+    async def restore(self, snapshot: str, state: State) -> State:
+        """The state of a rollout resumed from a checkpoint, its workspace brought back from `snapshot`."""
+        try:
+            return _dump(await self.env.restore(snapshot, self._load_state(state)))
+        except Exception as e:
+            raise EnvError(f"`{type(self.env).name()}.restore` raised {type(e).__name__}: {e}") from e
 
     async def verify(self, row: dict[str, Any], response: dict[str, Any], state: State) -> dict[str, Any]:
         """Score an episode; returns `reward` plus optional `reward_components` and extra fields."""

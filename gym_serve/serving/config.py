@@ -44,7 +44,7 @@ from pydantic import (
 from gym_serve.environment import nemo_gym
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.errors import ConfigError, EnvError
-from gym_serve.models.synthetic import Latency
+from gym_serve.models.synthetic import Latency, Lengths
 from gym_serve.rollout.harness_config import HarnessConfig
 from gym_serve.rollout.loop import AgentConfig
 from gym_serve.wire.pieces import field_path
@@ -266,7 +266,9 @@ class SyntheticModelArgs(ReplayModelArgs):
     once, as a vLLM replica's batch would) and its last item carries
     `generation_token_ids` / `generation_log_probs` of `output_tokens` entries
     (and `prompt_token_ids` of `prompt_tokens`), the payload a token-returning
-    model ships.
+    model ships. With `lengths`, each call's length is drawn instead (heavy-tailed)
+    and decoded at `seconds_per_token`, its ids contiguous with the rollout's earlier
+    calls; the replica counts the tokens it generated (`stats`).
     """
 
     kind: Literal["synthetic"] = "synthetic"  # type: ignore[assignment]
@@ -274,6 +276,8 @@ class SyntheticModelArgs(ReplayModelArgs):
     max_concurrency: int | None = Field(default=None, ge=1, description="Calls one replica serves at once.")
     output_tokens: int = Field(default=0, ge=0)
     prompt_tokens: int = Field(default=0, ge=0)
+    lengths: Lengths | None = Field(default=None, description="Tokens per response, drawn per call.")
+    seconds_per_token: float = Field(default=0.0, ge=0.0, description="Decoding time per token, with `lengths`.")
     seed: int = 0
 
 
