@@ -15,16 +15,18 @@ from ray.serve.handle import DeploymentHandle
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from gym_serve.calls import tracing
 from gym_serve.calls.autoscaling import Load, counted
 from gym_serve.calls.batching import stream_batch
 from gym_serve.calls.gateway import GatewayHandle
 from gym_serve.calls.handles import EnvironmentHandle
 from gym_serve.deployments.agent import answer_row
 from gym_serve.environment.runner import EnvInfo
+from gym_serve.rollout.checkpoint import RUN
 from gym_serve.rollout.confined import Workspaces
 from gym_serve.rollout.harness import run_harness_episode
 from gym_serve.rollout.harness_config import HarnessConfig
-from gym_serve.rollout.loop import AgentConfig
+from gym_serve.rollout.loop import AgentConfig, OnTurn
 
 __all__ = ["HarnessAgentDeployment"]
 
@@ -53,12 +55,16 @@ class HarnessAgentDeployment:
         self.load = Load()
 
     @counted
-    async def run(self, row: dict[str, Any]) -> dict[str, Any]:
-        """One harness rollout: the rollout row of `row`."""
+    async def run(self, row: dict[str, Any], report: OnTurn | None = None) -> dict[str, Any]:
+        """One harness rollout: the rollout row of `row`.
+
+        A harness runs its own loop, so it runs whole, as a hosted NeMo Gym agent does: it reports no turns and
+        stops at no turn boundary; the dispatcher's instructions (`_gs_run`) are dropped and a retried rollout
+        starts over."""
         if self._env_info is None:
             self._env_info = await self.env.describe.remote()
         return await run_harness_episode(
-            row,
+            {k: v for k, v in row.items() if k != RUN},
             gateway=self.gateway,
             env=self.env,
             env_info=self._env_info,
@@ -67,10 +73,16 @@ class HarnessAgentDeployment:
             tiers=self.tiers,
         )
 
-    async def run_batch(self, rows: list[dict[str, Any]]) -> AsyncIterator[list[tuple[int, Any]]]:
+    async def run_batch(
+        self, rows: list[dict[str, Any]], traces: list[tracing.Carrier | None] | None = None
+    ) -> AsyncIterator[list[tuple[int, Any]]]:
         """Many rollouts from one request, `(index, rollout or exception)` pairs streamed as they finish."""
-        async for item in stream_batch(self.run, [(row,) for row in rows]):
+        async for item in stream_batch(self.run, [(row,) for row in rows], traces):
             yield item
+
+    def stop_rollouts(self, keys: list[str], abort: bool = False) -> int:
+        """A harness rollout has no turn boundary to stop at: none is stopped (each ends or times out whole)."""
+        return 0
 
     async def __call__(self, request: Request) -> JSONResponse:
         return await answer_row(request, self.run)
