@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ray import serve
@@ -146,15 +146,7 @@ class AgentDeployment:
         return lambda: any(key in self._stops for key in keys)
 
     async def __call__(self, request: Request) -> JSONResponse:
-        try:
-            row = await request.json()
-        except json.JSONDecodeError as e:
-            return JSONResponse({"error": f"body is not valid JSON: {e}"}, status_code=400)
-        problems = row_problems(row)
-        if problems:
-            message = "; ".join(f"`{field}`: {error}" for field, error in problems)
-            return JSONResponse({"error": f"invalid row: {message}", "field": problems[0][0]}, status_code=422)
-        return JSONResponse(await self.run(row))
+        return await answer_row(request, self.run)
 
     def policy_app(self) -> str:
         """The application whose Model tier this agent calls: where its policy's versions are kept."""
@@ -162,6 +154,19 @@ class AgentDeployment:
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         return self.load.stats()
+
+
+async def answer_row(request: Request, run: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]) -> JSONResponse:
+    """An Agent's HTTP POST (NeMo Gym's `/run`): the row checked, then `run(row)`'s rollout row."""
+    try:
+        row = await request.json()
+    except json.JSONDecodeError as e:
+        return JSONResponse({"error": f"body is not valid JSON: {e}"}, status_code=400)
+    problems = row_problems(row)
+    if problems:
+        message = "; ".join(f"`{field}`: {error}" for field, error in problems)
+        return JSONResponse({"error": f"invalid row: {message}", "field": problems[0][0]}, status_code=422)
+    return JSONResponse(await run(row))
 
 
 def hosted_agent(

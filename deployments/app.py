@@ -18,10 +18,12 @@ from gym_serve.calls.routing import session_router_config
 from gym_serve.deployments import agent, environment, replay_model, sandbox
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.errors import ConfigError
+from gym_serve.rollout.harness_config import HarnessConfig
 from gym_serve.rollout.loop import AgentConfig
 from gym_serve.serving import secrets
 from gym_serve.serving.config import (
     AppArgs,
+    HarnessAgentArgs,
     HTTPModelArgs,
     ModelRefArgs,
     NemoGymEnvironmentArgs,
@@ -56,7 +58,9 @@ def build_app(args: AppArgs | dict[str, Any]) -> Application:
         env_options.setdefault("request_router_config", session_router_config())
         _with_server_packages(env_options, args.environment)
     env = _bind(environment.EnvironmentDeployment, env_options, args.environment, model_app, _sandbox_tier(args))
-    config = AgentConfig.model_validate(args.agent.model_dump(exclude={"deployment", "nemo_gym"}))
+    if isinstance(args.agent, HarnessAgentArgs):
+        return _harness_agent(args.agent, env, model, model_app)
+    config = AgentConfig.model_validate(args.agent.model_dump(exclude={"deployment", "kind", "nemo_gym"}))
     agent_options = args.agent.deployment.serve_options(agent.DEFAULTS, BATCHED_TIER_AUTOSCALING)
     if args.agent.nemo_gym is not None:  # one of NeMo Gym's agents runs the episodes
         server = args.environment.server if isinstance(args.environment, NemoGymEnvironmentArgs) else None
@@ -77,6 +81,23 @@ def _sandbox_tier(args: AppArgs) -> Application | None:
     options = sandbox_args.deployment.serve_options(sandbox.DEFAULTS, SANDBOX_TIER_AUTOSCALING)
     options.setdefault("request_router_config", session_router_config())
     return _bind(sandbox.SandboxDeployment, options, sandbox_args)
+
+
+def _harness_agent(
+    agent: HarnessAgentArgs, env: Application, model: Application | None, model_app: str | None
+) -> Application:
+    """A harness agent's tiers: its Gateway (sessions, calling the Model tier) and its Agent (running harnesses)."""
+    from gym_serve.deployments import harness_agent
+    from gym_serve.deployments.gateway import deployment as gateway
+
+    gateway_options = agent.gateway_deployment.serve_options(gateway.DEFAULTS, BATCHED_TIER_AUTOSCALING)
+    sessions = _bind(gateway.GatewayDeployment, gateway_options, agent.gateway, model, model_app, agent.model_affinity)
+    config = HarnessConfig.model_validate(
+        agent.model_dump(exclude={"deployment", "gateway_deployment", "tier_call_timeout_s", "model_affinity"})
+    )
+    tiers = AgentConfig(tier_call_timeout_s=agent.tier_call_timeout_s, model_affinity=agent.model_affinity)
+    options = agent.deployment.serve_options(harness_agent.DEFAULTS, BATCHED_TIER_AUTOSCALING)
+    return _bind(harness_agent.HarnessAgentDeployment, options, env, sessions, config, tiers, model_app)
 
 
 def _model_tier(args: AppArgs) -> Application | None:

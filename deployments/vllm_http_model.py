@@ -38,7 +38,7 @@ from gym_serve.errors import ConfigError, ModelError
 from gym_serve.models.http_endpoint import HTTPEndpoint
 from gym_serve.serving.config import VLLMHTTPModelArgs
 from gym_serve.wire.chat_template import ChatTokenizer
-from gym_serve.wire.hermes import forced_tool_call_regex, parse_output
+from gym_serve.wire.hermes import parse_output, structured_output
 from gym_serve.wire.tokens import POLICY_VERSION, POLICY_VERSION_SPANS, token_response
 
 __all__ = ["ServerInfo", "VLLMHTTPModelDeployment", "probe"]
@@ -124,9 +124,9 @@ def completion_body(model: str, prompt_ids: list[int], max_tokens: int, request:
     }
     if request.get("seed") is not None:
         body["seed"] = request["seed"]
-    regex = forced_tool_call_regex(request)
-    if regex is not None:
-        body["structured_outputs"] = {"regex": regex}
+    constraint = structured_output(request)
+    if constraint is not None:
+        body["structured_outputs"] = constraint
     return body
 
 

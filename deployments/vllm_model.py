@@ -41,7 +41,7 @@ from gym_serve.models.weights import WeightSource
 from gym_serve.serving.config import VLLMModelArgs
 from gym_serve.wire.chat import chat_request_to_responses, responses_response_to_chat
 from gym_serve.wire.chat_template import ChatTokenizer
-from gym_serve.wire.hermes import forced_tool_call_regex, parse_output
+from gym_serve.wire.hermes import parse_output, structured_output
 from gym_serve.wire.tokens import POLICY_VERSION, POLICY_VERSION_SPANS, TOKEN_FIELDS, token_response
 
 __all__ = ["VLLMModelDeployment"]
@@ -82,7 +82,7 @@ class VLLMModelDeployment(BatchedResponses):
                 gpu_memory_utilization=engine.gpu_memory_utilization,
                 enforce_eager=engine.enforce_eager,
                 seed=engine.seed,
-                **{**unchunked, **engine.extra},
+                **{**unchunked, **_engine_extra(engine.extra)},
             )
         )
         self.max_model_len = engine.max_model_len
@@ -149,7 +149,7 @@ class VLLMModelDeployment(BatchedResponses):
             seed=request.get("seed"),
             logprobs=0,
             ignore_eos=self.args.ignore_eos,
-            structured_outputs=_forced_tool_call(request),
+            structured_outputs=_structured(request),
             output_kind=RequestOutputKind.FINAL_ONLY,  # no per-token outputs to build: this tier does not stream
         )
         final = None
@@ -193,11 +193,25 @@ class VLLMModelDeployment(BatchedResponses):
             engine.shutdown()
 
 
-def _forced_tool_call(request: dict[str, Any]) -> Any:
-    """`tool_choice: required` (or a named function) constrains the output to one Hermes tool call."""
-    regex = forced_tool_call_regex(request)
-    if regex is None:
+def _engine_extra(extra: dict[str, Any]) -> dict[str, Any]:
+    """`engine.extra` as `AsyncEngineArgs` takes it: a config given as a mapping (YAML) becomes vLLM's config object.
+
+    E.g. `structured_outputs_config: {disable_any_whitespace: true}`: JSON without free whitespace, which an
+    untrained model would otherwise fill its output with.
+    """
+    if not isinstance(extra.get("structured_outputs_config"), dict):
+        return extra
+    from vllm.config import StructuredOutputsConfig
+
+    return {**extra, "structured_outputs_config": StructuredOutputsConfig(**extra["structured_outputs_config"])}
+
+
+def _structured(request: dict[str, Any]) -> Any:
+    """`tool_choice: required` (or a named function) constrains the output to one Hermes tool call; a JSON schema
+    in `text.format`, to JSON of that schema (`gym_serve.wire.hermes.structured_output`)."""
+    constraint = structured_output(request)
+    if constraint is None:
         return None
     from vllm.sampling_params import StructuredOutputsParams
 
-    return StructuredOutputsParams(regex=regex)
+    return StructuredOutputsParams(**constraint)

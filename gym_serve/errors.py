@@ -17,6 +17,9 @@ GymServeError
 │   └── ReplayMissError  the replay model has no recording of the conversation         replay_miss
 ├── SessionLostError     the replica holding the rollout's session state went away      session_lost
 ├── StalePolicy          a rollout's oldest token is further behind the policy than allowed   stale_policy
+├── HarnessError         a harness agent exited non-zero or raised                      harness_error
+│   ├── HarnessIdle      a harness agent ended without calling the model               harness_no_model_calls
+│   └── HarnessTimeout   a harness agent outlived its deadline (it was killed)         harness_timeout
 ├── WeightsError         a weight update was refused; no replica changed its weights
 │   ├── InvalidWeights   the new weights do not fit the served model (names, shapes, values)
 │   ├── NoWeights        the Model tier takes no weights (only vLLM tiers do)
@@ -42,6 +45,9 @@ __all__ = [
     "EnvError",
     "FailureKind",
     "GymServeError",
+    "HarnessError",
+    "HarnessIdle",
+    "HarnessTimeout",
     "InputError",
     "InvalidWeights",
     "NoWeights",
@@ -110,6 +116,12 @@ class FailureKind(StrEnum):
     """The replay model has no recording of the conversation: nothing the policy did, so nothing to score."""
     STALE_POLICY = "stale_policy"
     """The rollout's oldest token came from a policy version more than `max_policy_lag` behind the current one."""
+    HARNESS_ERROR = "harness_error"
+    """A harness agent (an SDK callable or a program) raised or exited non-zero: its episode has no verdict."""
+    HARNESS_NO_MODEL_CALLS = "harness_no_model_calls"
+    """A harness agent ended without one call to the model: nothing the policy did, so nothing to score."""
+    HARNESS_TIMEOUT = "harness_timeout"
+    """A harness agent was still running at its deadline; it was killed with everything it started."""
     STRAGGLER = "straggler"
     """The rollout's group finished without it (a long-tail policy cut it): masked, never scored."""
 
@@ -255,6 +267,24 @@ class StalePolicy(GymServeError):
     """Raised when a rollout sampled by an older policy than the caller's `max_policy_lag` allows (it is re-run)."""
 
     kind = FailureKind.STALE_POLICY
+
+
+class HarnessError(GymServeError):
+    """Raised when a harness agent raises or exits non-zero; the message holds the end of its output."""
+
+    kind = FailureKind.HARNESS_ERROR
+
+
+class HarnessIdle(HarnessError):
+    """Raised when a harness agent ends without calling the model: there is no policy output to score."""
+
+    kind = FailureKind.HARNESS_NO_MODEL_CALLS
+
+
+class HarnessTimeout(HarnessError):
+    """Raised when a harness agent outlives its deadline; it and everything it started were killed."""
+
+    kind = FailureKind.HARNESS_TIMEOUT
 
 
 class WeightsError(GymServeError):

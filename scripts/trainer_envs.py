@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -208,37 +209,48 @@ def _building(lock: Path) -> bool:
 
 def path(name: str, wait_s: float) -> Path:
     """`name`'s environment, waiting up to `wait_s` for a build in progress; SystemExit naming the log if none."""
-    target, lock = env_dir(name), env_dir(name).with_suffix(".building")
+    return wait_built(env_dir(name), wait_s, what=f"the {name} trainer environment", script="trainer_envs.py")
+
+
+def wait_built(target: Path, wait_s: float, *, what: str, script: str) -> Path:
+    """`target`, waiting up to `wait_s` for a build in progress; SystemExit naming the log if it is not built."""
+    lock = target.with_suffix(".building")
     deadline = time.monotonic() + wait_s
     while not (target / "gym-serve-env.json").exists() and _building(lock) and time.monotonic() < deadline:
         time.sleep(2)
     if not (target / "gym-serve-env.json").exists():
         state = "is still building" if _building(lock) else "was not built (or its build failed)"
         raise SystemExit(
-            f"the {name} trainer environment {state}: expected at {target}; build log {log_path(name)}; "
-            f"build it with `python3 scripts/trainer_envs.py build {name}`"
+            f"{what} {state}: expected at {target}; build log {target.with_suffix('.log')}; "
+            f"build it with `python3 scripts/{script} build {target.name.rsplit('-', 1)[0]}`"
         )
     return target
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    cli(__doc__, list(SPECS), build, path, what="trainer environment")
+
+
+def cli(doc: str | None, names: list[str], build: Callable[[str], str], path: Callable[[str, float], Path], *,
+        what: str) -> None:  # fmt: skip
+    """`build [NAME ...]` (in parallel; exit 1 if any failed) and `path NAME [--wait S]`, over `names`."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     build_parser = commands.add_parser("build")
-    build_parser.add_argument("names", nargs="*", help=f"of {', '.join(SPECS)} (all by default)")
+    build_parser.add_argument("names", nargs="*", help=f"of {', '.join(names)} (all by default)")
     path_parser = commands.add_parser("path")
-    path_parser.add_argument("name", choices=list(SPECS))
+    path_parser.add_argument("name", choices=names)
     path_parser.add_argument("--wait", type=float, default=0.0)
     args = parser.parse_args()
     if args.command == "path":
         print(path(args.name, args.wait))
         return
-    names = args.names or list(SPECS)
-    unknown = set(names) - set(SPECS)
+    chosen = args.names or names
+    unknown = set(chosen) - set(names)
     if unknown:
-        parser.error(f"no trainer environment {', '.join(sorted(unknown))} (there are {', '.join(SPECS)})")
-    with ThreadPoolExecutor(len(names)) as pool:
-        futures = [pool.submit(build, name) for name in names]
+        parser.error(f"no {what} {', '.join(sorted(unknown))} (there are {', '.join(names)})")
+    with ThreadPoolExecutor(len(chosen)) as pool:
+        futures = [pool.submit(build, name) for name in chosen]
     failed = False
     for future in futures:
         try:

@@ -298,6 +298,15 @@ def test_every_commands_help_is_written_for_users(capsys: pytest.CaptureFixture[
         description = shown.split("\n\n")[1].strip()
         assert description and not description.startswith(("positional arguments", "options")), (command, shown)
         assert not [w for w in MAINTAINERS_WORDS if w in shown.lower()], (command, shown)
-        options = [line for line in shown.splitlines() if line.startswith("  -") and "--help" not in line]
-        assert all(len(line.split(None, 1)) == 2 or line.endswith(" ...") for line in options), (command, options)
+        lines = shown.splitlines()
+        unexplained = [
+            line
+            for line, after in zip(lines, [*lines[1:], ""], strict=True)
+            if line.startswith("  -")
+            and "--help" not in line  # an option, with its help beside it or below it
+            and len(line.split(None, 1)) < 2
+            and not line.endswith(" ...")
+            and not (after.startswith(" " * 8) and after.strip())
+        ]
+        assert not unexplained, (command, unexplained)
     assert cli.__doc__ and "one short function per command" in cli.__doc__, "the note stays where maintainers read"

@@ -194,8 +194,8 @@ def test_tracing_off_writes_nothing_and_sends_no_carriers(app: str, tmp_path: Pa
     assert summary["rollouts"] == ROWS - 1
     time.sleep(2 * tracing.EXPORT_EVERY_S)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["in.jsonl", "out.jsonl", "out_failures.jsonl", "out_materialized_inputs.jsonl"]
-    )
+        ["in.jsonl", "out.jsonl", "out_failures.jsonl", "out_journal.jsonl", "out_materialized_inputs.jsonl"]
+    ), "only the collection's own files (its turn journal stays: a rollout failed)"
 
 
 class OtlpReceiver(BaseHTTPRequestHandler):
@@ -281,7 +281,7 @@ def test_a_trace_destination_that_cannot_be_written_is_refused_before_anything_s
 async def test_trace_sample_traces_that_share_of_the_rollouts(tmp_path: Path) -> None:
     from gym_serve.collect.dispatch import Dispatcher, Rollout
 
-    async def send(agent: str, row: dict[str, Any]) -> dict[str, Any]:
+    async def send(agent: str, row: dict[str, Any], on_turn: Any = None) -> dict[str, Any]:
         return {**row, "reward": 1.0}
 
     to = tracing.destination(str(tmp_path / "sampled.jsonl"))

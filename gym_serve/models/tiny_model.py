@@ -108,7 +108,7 @@ def _write_weights(path: Path, vocab: int, eos_id: int, seed: int) -> None:
         num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=1,
-        max_position_embeddings=2048,
+        max_position_embeddings=32768,  # room for a coding CLI's prompts (the gateway tests): RoPE, no scaling
         rms_norm_eps=1e-6,
         tie_word_embeddings=False,
         bos_token_id=None,

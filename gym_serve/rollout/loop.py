@@ -65,7 +65,7 @@ from gym_serve.rollout.checkpoint import Checkpoint, Paused
 from gym_serve.wire.pieces import input_items, user_message
 from gym_serve.wire.tokens import policy_version_range
 
-__all__ = ["AgentConfig", "EnvClient", "ModelClient", "OnTurn", "run_episode"]
+__all__ = ["AgentConfig", "EnvClient", "ModelClient", "OnTurn", "call_tier", "run_episode", "session_id"]
 
 _USAGE_KEYS = ("input_tokens", "output_tokens", "total_tokens")
 
@@ -311,6 +311,12 @@ def _full_usage(usage: dict[str, int]) -> dict[str, Any]:
         "input_tokens_details": {"cached_tokens": usage.get("cached_tokens", 0)},
         "output_tokens_details": {"reasoning_tokens": 0},
     }
+
+
+call_tier = _call
+"""A call to another tier within the call deadline, its failure the rollout's (the harness episode's too)."""
+session_id = _session_id
+"""A rollout's session id (`task:rollout`): what keeps its model calls on one replica."""
 
 
 def _opening(state: Any) -> str | None:

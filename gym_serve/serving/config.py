@@ -45,6 +45,7 @@ from gym_serve.environment import nemo_gym
 from gym_serve.environment.registry import load_environment_class
 from gym_serve.errors import ConfigError, EnvError
 from gym_serve.models.synthetic import Latency, Lengths
+from gym_serve.rollout.harness_config import HarnessConfig
 from gym_serve.rollout.loop import AgentConfig
 from gym_serve.sandbox import Limits
 from gym_serve.wire.pieces import field_path
@@ -58,6 +59,7 @@ __all__ = [
     "AppSpec",
     "DeploymentOptions",
     "EnvironmentArgs",
+    "HarnessAgentArgs",
     "ModelArgs",
     "ModelRefArgs",
     "HTTPModelArgs",
@@ -79,6 +81,8 @@ BUILDER = "gym_serve.deployments.app:build_app"
 
 TIERS = {"Agent": "agent", "Environment": "environment", "Model": "model", "Sandbox": "sandbox"}
 """Deployment name → the key of its args in `AppArgs`."""
+_OPTIONS = {**{name: (key, "deployment") for name, key in TIERS.items()}, "Gateway": ("agent", "gateway_deployment")}
+"""Deployment name → where its Serve options go in `AppArgs` (a harness agent's Gateway: under `agent`)."""
 
 
 class DeploymentOptions(BaseModel):
@@ -207,12 +211,38 @@ class NemoGymAgentArgs(BaseModel):
 
 
 class AgentArgs(AgentConfig):
+    """The tool-loop agent (`gym_serve.rollout.loop`): the default."""
+
     model_config = ConfigDict(extra="forbid")
 
+    kind: Literal["loop"] = "loop"
     nemo_gym: NemoGymAgentArgs | None = Field(
         default=None, description="Host one of NeMo Gym's agents instead of running gym-serve's own tool loop."
     )
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+
+
+class HarnessAgentArgs(HarnessConfig):
+    """An agent that brings its own loop (`gym_serve.rollout.harness`), and the Gateway tier its sessions use."""
+
+    tier_call_timeout_s: float = Field(default=300.0, gt=0, description="Deadline of each Agent call to a tier.")
+    model_affinity: bool = Field(default=True, description="A rollout's model calls stick to one model replica.")
+    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+    gateway_deployment: DeploymentOptions = Field(
+        default_factory=DeploymentOptions, description="Serve options of the Gateway tier (replicas, autoscaling)."
+    )
+
+
+def _agent_kind(value: Any) -> str:
+    kind = value.get("kind", "loop") if isinstance(value, dict) else getattr(value, "kind", "loop")
+    return str(kind)
+
+
+AgentSpec = Annotated[
+    Annotated[AgentArgs, Tag("loop")] | Annotated[HarnessAgentArgs, Tag("harness")],
+    Discriminator(_agent_kind),
+]
+"""`agent:` in an application's args: gym-serve's tool loop (the default) or a harness agent."""
 
 
 class ReplayModelArgs(BaseModel):
@@ -419,7 +449,7 @@ class AppArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     environment: EnvironmentSpec | None = None
-    agent: AgentArgs = Field(default_factory=AgentArgs)
+    agent: AgentSpec = Field(default_factory=AgentArgs)
     model: ModelArgs = Field(default_factory=ReplayModelArgs)
     sandbox: SandboxArgs | None = None
 
@@ -457,15 +487,26 @@ class AppSpec(BaseModel):
         for override in self.deployments:
             override = dict(override)
             dep_name = override.pop("name", None)
-            tier = TIERS.get(dep_name)
-            if tier is None:
+            if dep_name not in _OPTIONS:
                 raise ConfigError(
-                    f"unknown deployment `{dep_name}`; this application has {', '.join(TIERS)}",
+                    f"unknown deployment `{dep_name}`; this application has {', '.join(_OPTIONS)}",
                     source=source,
                     key=f"applications[{self.name}].deployments",
                 )
-            args.setdefault(tier, {}).setdefault("deployment", {}).update(override)
+            tier, options = _OPTIONS[dep_name]
+            args.setdefault(tier, {}).setdefault(options, {}).update(override)
         return validate_app_args(args, source=source, app=self.name)
+
+
+_UNION_TAGS = {"environment": ("gym_serve", "nemo_gym"), "agent": ("loop", "harness")}
+
+
+def _untagged(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """A location without the tag pydantic puts after a tagged union's field (`agent.loop.max_step` is
+    `agent.max_step` in the file the user wrote)."""
+    if len(loc) > 1 and loc[1] in _UNION_TAGS.get(str(loc[0]), ()):
+        return (loc[0], *loc[2:])
+    return loc
 
 
 def validate_app_args(args: dict[str, Any], *, source: str, app: str) -> AppArgs:
@@ -474,7 +515,8 @@ def validate_app_args(args: dict[str, Any], *, source: str, app: str) -> AppArgs
         parsed = AppArgs.model_validate(args)
     except ValidationError as e:
         err = e.errors()[0]
-        raise ConfigError(err["msg"], source=source, key=f"applications[{app}].args.{field_path(err['loc'])}") from e
+        key = f"applications[{app}].args.{field_path(_untagged(err['loc']))}"
+        raise ConfigError(err["msg"], source=source, key=key) from e
     environment = parsed.environment
     try:
         if isinstance(environment, NemoGymEnvironmentArgs):
@@ -484,7 +526,7 @@ def validate_app_args(args: dict[str, Any], *, source: str, app: str) -> AppArgs
     except EnvError as e:
         field = "server" if isinstance(environment, NemoGymEnvironmentArgs) else "name"
         raise ConfigError(str(e), source=source, key=f"applications[{app}].args.environment.{field}") from e
-    if parsed.agent.nemo_gym is not None:
+    if isinstance(parsed.agent, AgentArgs) and parsed.agent.nemo_gym is not None:
         _check_nemo_gym_agent(parsed.agent.nemo_gym, source=source, app=app)
     return parsed
 

@@ -48,6 +48,7 @@ from gym_serve.trainers.sequence import (
     check_prompt_length,
     check_tokenizer,
     failure_class,
+    final_segment,
 )
 from gym_serve.trainers.source import SourceFactory
 
@@ -110,6 +111,7 @@ class GymServeRolloutCollection:
         with the rollout named."""
         if failure_class(result) is not None:
             raise RolloutFailed(result)
+        result = final_segment(result)  # NeMo RL checks one contiguous output: a rewritten history's last segment
         s = build_sequence(result)  # token ids present and contiguous, as NeMo RL asserts
         if self.tokenizer is not None:
             check_tokenizer(result, self.tokenizer, trainer="NeMo RL")

@@ -17,6 +17,13 @@ This is how TRL, verl, SkyRL and NeMo RL all split a multi-turn episode (each
 trainer's own tool loop masks what the policy did not sample), so the four
 adapters in this package are thin reshapes of a `TrainingSequence`.
 
+A harness agent's rollout may have several *segments* (the harness rewrote its
+history, so a later call does not extend the earlier ones: `gateway_segment`
+items in its output, `gym_serve.wire.tokens`). Each segment is one sequence of
+its own, with the rollout's reward (`build_sequences`); a trainer whose hook
+takes one sequence per rollout gets the final segment (`build_sequence`), the
+one whose calls end the rollout.
+
 Nothing here re-tokenizes: a rollout without token ids is an error that names
 the model kinds that give them, never a silent fallback to a tokenizer (its
 ids would differ from what the policy sampled, and the log-probs would be
@@ -33,7 +40,7 @@ from pydantic import BaseModel, Field
 
 from gym_serve.errors import ConfigError, GymServeError
 from gym_serve.wire.responses import output_text
-from gym_serve.wire.tokens import check_contiguity, token_calls
+from gym_serve.wire.tokens import SEGMENT, check_contiguity, segment_sequence, segments_of, token_calls
 
 __all__ = [
     "MissingTokenIds",
@@ -43,6 +50,8 @@ __all__ = [
     "TokenizerMismatch",
     "TrainingSequence",
     "build_sequence",
+    "build_sequences",
+    "final_segment",
     "check_prompt_length",
     "check_tokenizer",
     "failure_class",
@@ -112,6 +121,10 @@ class TrainingSequence(BaseModel):
     )
     policy_version_max: int | None = None
     failure: str | None = Field(default=None, description="The failure row's `_ng_failure_class`, if it failed.")
+    segment: int = Field(
+        default=0, description="Which segment of the rollout this is (a harness rollout may have several)."
+    )
+    segments: int = Field(default=1, description="How many segments the rollout has.")
 
     @property
     def token_ids(self) -> list[int]:
@@ -133,57 +146,82 @@ def failure_class(rollout: dict[str, Any]) -> str | None:
     return None if kind is None else str(kind)
 
 
-def build_sequence(rollout: dict[str, Any]) -> TrainingSequence:
-    """The training sequence of a finished rollout row, after checking its token contract.
+def build_sequences(rollout: dict[str, Any]) -> list[TrainingSequence]:
+    """One training sequence per segment of a finished rollout row, after checking its token contract.
 
-    A `mask_sample` rollout (its verifier said not to train on it) keeps its
-    tokens with an all-zero mask and no reward. A failure row has no episode:
-    it raises `RolloutFailed` here; `group_sequences` masks it instead, for the
-    trainers that want one row per rollout.
+    A rollout of gym-serve's own tool loop has one segment; a harness rollout whose history was rewritten has
+    several, each with the rollout's reward. A `mask_sample` rollout (its verifier said not to train on it)
+    keeps its tokens with an all-zero mask and no reward. A failure row has no episode: it raises
+    `RolloutFailed` here; `group_sequences` masks it instead, for the trainers that want one row per rollout.
 
     >>> call = lambda p, g: {"prompt_token_ids": p, "generation_token_ids": g, "generation_log_probs": [-0.5] * len(g)}
     >>> row = {"reward": 1.0, "response": {"output": [call([1, 2], [3]), {"type": "function_call_output"},
     ...                                               call([1, 2, 3, 4, 5], [6, 7])]}}
-    >>> s = build_sequence(row)
+    >>> (s,) = build_sequences(row)
     >>> s.prompt_ids, s.completion_ids, s.completion_mask
     ([1, 2], [3, 4, 5, 6, 7], [1, 0, 0, 1, 1])
     >>> s.completion_logprobs
     [-0.5, 0.0, 0.0, -0.5, -0.5]
+    >>> row["response"]["output"].append({"type": "gateway_segment", "segment": 1})  # the history was rewritten
+    >>> row["response"]["output"].append(call([8, 9], [4]))
+    >>> [(s.segment, s.prompt_ids, s.completion_ids, s.reward) for s in build_sequences(row)][1]
+    (1, [8, 9], [4], 1.0)
     """
     if failure_class(rollout) is not None:
         raise RolloutFailed(rollout)
     output = (rollout.get("response") or {}).get("output") or []
-    calls = token_calls(output)
-    if not calls:
+    if not token_calls(output):
         raise MissingTokenIds(rollout)
     report = check_contiguity(rollout)
     if not report.ok:
         raise NonContiguousRollout(rollout, report.problems)
-    start = len(calls[0]["prompt_token_ids"])
-    episode = [*calls[-1]["prompt_token_ids"], *calls[-1]["generation_token_ids"]]
-    mask = [0] * len(episode)
-    logprobs = [0.0] * len(episode)
-    for call in calls:
-        offset = len(call["prompt_token_ids"])
-        for k, logprob in enumerate(call["generation_log_probs"]):
-            mask[offset + k] = 1
-            logprobs[offset + k] = float(logprob)
-    versions = [call["policy_version"] for call in calls if isinstance(call.get("policy_version"), int)]
-    known = len(versions) == len(calls)
+    parts = [calls for calls in (token_calls(part) for part in segments_of(output)) if calls]
     trainable = not rollout.get("mask_sample", False)
-    return TrainingSequence(
-        prompt_ids=episode[:start],
-        completion_ids=episode[start:],
-        completion_mask=mask[start:] if trainable else [0] * (len(episode) - start),
-        completion_logprobs=logprobs[start:],
-        reward=float(rollout["reward"]) if trainable else None,
-        trainable=trainable,
-        task_index=rollout.get("_ng_task_index"),
-        rollout_index=rollout.get("_ng_rollout_index"),
-        calls=len(calls),
-        policy_version_min=min(versions) if known else None,
-        policy_version_max=max(versions) if known else None,
-    )
+    sequences = []
+    for index, calls in enumerate(parts):
+        s = segment_sequence(calls)
+        sequences.append(
+            TrainingSequence(
+                prompt_ids=s.prompt_ids,
+                completion_ids=s.completion_ids,
+                completion_mask=s.loss_mask if trainable else [0] * len(s.loss_mask),
+                completion_logprobs=s.logprobs,
+                reward=float(rollout["reward"]) if trainable else None,
+                trainable=trainable,
+                task_index=rollout.get("_ng_task_index"),
+                rollout_index=rollout.get("_ng_rollout_index"),
+                calls=s.calls,
+                policy_version_min=s.policy_version_min,
+                policy_version_max=s.policy_version_max,
+                segment=index,
+                segments=len(parts),
+            )
+        )
+    return sequences
+
+
+def build_sequence(rollout: dict[str, Any]) -> TrainingSequence:
+    """The training sequence of a finished rollout row: for a harness rollout of several segments, the final one.
+
+    For the trainers whose hook takes exactly one sequence per rollout (TRL's `rollout_func`, verl's agent
+    loop); `build_sequences` gives every segment.
+    """
+    return build_sequences(rollout)[-1]
+
+
+def final_segment(rollout: dict[str, Any]) -> dict[str, Any]:
+    """The rollout row with only its final segment's items in `response.output` (and no segment marker): what a
+    consumer that checks a whole output for contiguity (NeMo RL) reads. A one-segment rollout comes back as is."""
+    output = (rollout.get("response") or {}).get("output") or []
+    parts = segments_of(output)
+    if len(parts) == 1:
+        return rollout
+    last = [item for item in parts[-1] if item.get("type") != SEGMENT]
+    return {
+        **rollout,
+        "response": {**rollout["response"], "output": last},
+        "gym_serve_segments_dropped": len(parts) - 1,
+    }
 
 
 def check_tokenizer(rollout: dict[str, Any], tokenizer: Any, *, trainer: str) -> None:

@@ -25,6 +25,13 @@ failure field) comes back as reward 0.0 with an all-zero loss mask and
 Note that SkyRL's group mean counts that 0.0. A rollout cut by the output-token
 limit has `stop_reason: "length"` (SkyRL's `apply_overlong_filtering` masks it).
 
+A harness rollout whose history was rewritten has several segments: by default
+SkyRL gets its final segment (one row per trajectory, as `generate` promises);
+with `step_wise=True` (SkyRL's step-wise training,
+`generator.step_wise_trajectories`) it gets one row per segment, the
+trajectory's id repeated and `is_last_step` true on its last segment, each row
+with the trajectory's reward.
+
 SkyRL needs Python 3.12 (gym-serve tests on 3.11), so this adapter's tests run
 in SkyRL's own environment (`scripts/trainer_envs.py`) against SkyRL's real
 `GeneratorInterface` and `validate_generator_output`; the output is a plain
@@ -38,6 +45,7 @@ from typing import Any
 
 from gym_serve.trainers.sequence import (
     TrainingSequence,
+    build_sequences,
     check_prompt_length,
     check_tokenizer,
     failure_class,
@@ -55,27 +63,37 @@ def generator_output(
     trajectory_ids: list[Any] | None = None,
     tokenizer: Any = None,
     max_prompt_length: int | None = None,
+    step_wise: bool = False,
 ) -> dict[str, Any]:
     """SkyRL's `GeneratorOutput` for groups of rollouts (each group the repeats of one prompt, in order).
 
     With SkyRL's `tokenizer` each rollout's ids are checked to be that tokenizer's, and with
-    `max_prompt_length` (SkyRL's `trainer.max_prompt_length`) each prompt's length.
+    `max_prompt_length` (SkyRL's `trainer.max_prompt_length`) each prompt's length. With `step_wise`, one row per
+    segment of each rollout (see the module docstring).
     """
     sequences: list[TrainingSequence] = []
     stop_reasons: list[str] = []
+    ids: list[Any] = []
+    last_steps: list[bool] = []
+    position = 0  # the rollout's place in the input batch
     for group in groups:
         built = group_sequences(group, eos_token_id)
-        sequences += built
         for rollout, s in zip(group, built, strict=True):
-            if failure_class(rollout) is not None:
-                stop_reasons.append("error")
-                continue
-            if tokenizer is not None:
+            position += 1
+            failed = failure_class(rollout) is not None
+            if not failed and tokenizer is not None:
                 check_tokenizer(rollout, tokenizer, trainer="SkyRL")
-            if max_prompt_length is not None:
+            if not failed and max_prompt_length is not None:
                 check_prompt_length(s, max_prompt_length, setting="trainer.max_prompt_length")
-            stop_reasons.append("length" if rollout.get("truncated") else "stop")
+            steps = build_sequences(rollout) if step_wise and not failed else [s]
+            stop = "error" if failed else ("length" if rollout.get("truncated") else "stop")
+            sequences += steps
+            stop_reasons += [stop] * len(steps)
+            if trajectory_ids is not None:
+                ids += [trajectory_ids[position - 1]] * len(steps)
+            last_steps += [k == len(steps) - 1 for k in range(len(steps))]
     trained = [s for s in sequences if s.trainable]
+    extra: dict[str, Any] = {"is_last_step": last_steps} if step_wise else {}
     return {
         "prompt_token_ids": [s.prompt_ids for s in sequences],
         "response_ids": [s.completion_ids for s in sequences],
@@ -87,7 +105,8 @@ def generator_output(
             "gym_serve/mean_reward": sum(s.reward or 0.0 for s in trained) / len(trained) if trained else 0.0,
         },
         "rollout_logprobs": [s.completion_logprobs for s in sequences],
-        "trajectory_ids": trajectory_ids,
+        "trajectory_ids": ids if step_wise and trajectory_ids is not None else trajectory_ids,
+        **extra,
     }
 
 
@@ -102,12 +121,14 @@ class GymServeGenerator:
         default_agent: str | None = None,
         tokenizer: Any = None,
         max_prompt_length: int | None = None,
+        step_wise: bool = False,
     ) -> None:
         self.source = source
         self.eos_token_id = eos_token_id
         self.default_agent = default_agent
         self.tokenizer = tokenizer
         self.max_prompt_length = max_prompt_length
+        self.step_wise = step_wise
 
     async def generate(self, input_batch: dict[str, Any]) -> dict[str, Any]:
         prompts = input_batch["prompts"]
@@ -129,6 +150,7 @@ class GymServeGenerator:
             trajectory_ids=ids,
             tokenizer=self.tokenizer,
             max_prompt_length=self.max_prompt_length,
+            step_wise=self.step_wise,
         )
 
     def _row(self, prompt: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from gym_serve.trainers.sequence import build_sequence, failure_class, group_advantages
+from gym_serve.trainers.sequence import TrainingSequence, build_sequences, failure_class, group_advantages
 from gym_serve.trainers.source import SourceFactory, run_groups
 from gym_serve.wire.responses import output_text
 
@@ -52,39 +52,47 @@ NamedTensorsPush = Callable[[Iterator[tuple[str, Any]], int], None]
 
 
 def rollout_samples(group: list[dict[str, Any]], *, group_id: int, model_version: int) -> list[Any]:
-    """TRL `RolloutSample`s of one group of rollouts (same task): failed and `mask_sample` rollouts dropped."""
-    import numpy as np
+    """TRL `RolloutSample`s of one group of rollouts (same task): failed and `mask_sample` rollouts dropped.
 
+    A harness rollout of several segments gives one sample per segment, each with the rollout's advantage.
+    """
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # chosen knowingly: async GRPO is all experimental
-    from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
-
     finished = [r for r in group if failure_class(r) is None]
-    sequences = [build_sequence(r) for r in finished]
-    kept = [(r, s) for r, s in zip(finished, sequences, strict=True) if s.trainable]
-    rewards = [s.reward for _, s in kept]
+    built = [(r, build_sequences(r)) for r in finished]
+    kept = [(r, segments) for r, segments in built if segments[0].trainable]
+    rewards = [segments[0].reward for _, segments in kept]
     advantages = group_advantages(rewards)
     scored = [r for r in rewards if r is not None]
     mean = sum(scored) / len(scored) if scored else float("nan")
     std = (sum((r - mean) ** 2 for r in scored) / len(scored)) ** 0.5 if scored else float("nan")
     now = time.time()
     samples = []
-    for (rollout, s), advantage in zip(kept, advantages, strict=True):
-        context = [0] * len(s.prompt_ids)
-        samples.append(
-            RolloutSample(
-                prompt=rollout["responses_create_params"]["input"],
-                completion=[{"role": "assistant", "content": output_text(rollout["response"]["output"])}],
-                input_ids=np.asarray(s.token_ids, dtype=np.int64),
-                completion_mask=np.asarray(context + s.completion_mask, dtype=np.int64),
-                old_log_probs=np.asarray([0.0] * len(context) + s.completion_logprobs, dtype=np.float32),
-                advantage=float(advantage),
-                model_version=s.policy_version_min if s.policy_version_min is not None else model_version,
-                group_id=group_id,
-                metrics={"reward": float(s.reward if s.reward is not None else float("nan")), "reward_std": std},
-                enqueued_at=now,
-            )
-        )
+    for (rollout, segments), advantage in zip(kept, advantages, strict=True):
+        samples += [_sample(rollout, s, advantage, group_id, model_version, std, now) for s in segments]
     return samples
+
+
+def _sample(
+    rollout: dict[str, Any], s: TrainingSequence, advantage: float, group_id: int, model_version: int, std: float,
+    now: float,
+) -> Any:  # fmt: skip
+    """One sequence as TRL's `RolloutSample`."""
+    import numpy as np
+    from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
+
+    context = [0] * len(s.prompt_ids)
+    return RolloutSample(
+        prompt=rollout["responses_create_params"]["input"],
+        completion=[{"role": "assistant", "content": output_text(rollout["response"]["output"])}],
+        input_ids=np.asarray(s.token_ids, dtype=np.int64),
+        completion_mask=np.asarray(context + s.completion_mask, dtype=np.int64),
+        old_log_probs=np.asarray([0.0] * len(context) + s.completion_logprobs, dtype=np.float32),
+        advantage=float(advantage),
+        model_version=s.policy_version_min if s.policy_version_min is not None else model_version,
+        group_id=group_id,
+        metrics={"reward": float(s.reward if s.reward is not None else float("nan")), "reward_std": std},
+        enqueued_at=now,
+    )
 
 
 class GymServeRolloutWorker:

@@ -18,7 +18,7 @@ from typing import Any
 
 from gym_serve.wire.chat import split_think
 
-__all__ = ["forced_tool_call_regex", "parse_output", "render_tool_call"]
+__all__ = ["forced_tool_call_regex", "parse_output", "render_tool_call", "structured_output"]
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 
@@ -104,6 +104,34 @@ def forced_tool_call_regex(request: dict[str, Any]) -> str | None:
         return None
     calls = "|".join(_call_pattern(tool) for tool in tools)
     return rf"<tool_call>\n(?:{calls})\n</tool_call>"
+
+
+def structured_output(request: dict[str, Any]) -> dict[str, Any] | None:
+    """The constraint a request puts on the model's text, as a model server's structured outputs take it.
+
+    `{"regex": ...}` for a forced tool call (`forced_tool_call_regex`), else the request's own
+    `structured_outputs` (`{"regex": ...}` or `{"json": schema}`: what a harness's gateway session sets for
+    a model that cannot answer yet, `gym_serve.rollout.harness_config`), else `{"json": schema}` for the
+    Responses API's `text.format` of type `json_schema` (`json_object`: any object), else None.
+
+    >>> structured_output({"text": {"format": {"type": "json_schema", "schema": {"type": "object"}}}})
+    {'json': {'type': 'object'}}
+    >>> structured_output({"input": "hi"}) is None
+    True
+    """
+    regex = forced_tool_call_regex(request)
+    if regex is not None:
+        return {"regex": regex}
+    given = request.get("structured_outputs")
+    if isinstance(given, dict) and given:
+        return dict(given)
+    text = request.get("text")
+    wanted = text.get("format") if isinstance(text, dict) else None
+    if isinstance(wanted, dict) and wanted.get("type") == "json_schema" and isinstance(wanted.get("schema"), dict):
+        return {"json": wanted["schema"]}
+    if isinstance(wanted, dict) and wanted.get("type") == "json_object":
+        return {"json": {"type": "object"}}
+    return None
 
 
 _VALUE = {

