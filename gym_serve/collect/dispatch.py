@@ -365,7 +365,8 @@ class Dispatcher:
             if run.stopping is not None:  # stopped before its first attempt
                 return await self.partial(run, Outcome(run.rollout.row, None, spent))
             to = self.trace if queued_at is not None else None
-            with tracing.rollout_span(to, queued_at or 0, _rollout_attributes(run.rollout)) as root:
+            attributes = _rollout_attributes(run.rollout) if to is not None else {}
+            with tracing.rollout_span(to, queued_at or 0, attributes) as root:
                 tries = itertools.count(spent + 1)
                 outcome = await run_attempts(
                     lambda: self._attempt(run, staleness, next(tries) if root is not None else None),
@@ -591,11 +592,12 @@ class RolloutStream:
 
 
 def _rollout_attributes(rollout: Rollout) -> dict[str, Any]:
-    return {
-        "gym_serve.application": rollout.agent,
-        "gym_serve.task_index": rollout.task,
-        "gym_serve.rollout_index": int(rollout.row["_ng_rollout_index"]),
-    }
+    """Who the rollout is; a row sent alone (`POST /run`) has no task or rollout index."""
+    found: dict[str, Any] = {"gym_serve.application": rollout.agent}
+    for key, name in (("_ng_task_index", "gym_serve.task_index"), ("_ng_rollout_index", "gym_serve.rollout_index")):
+        if isinstance(rollout.row.get(key), int):
+            found[name] = rollout.row[key]
+    return found
 
 
 def _annotate(root: Any, outcome: Outcome) -> None:
