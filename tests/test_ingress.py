@@ -490,12 +490,16 @@ async def test_the_openapi_schema_describes_every_routes_body_and_answers(base_u
         assert response.status == 200
         schema = await response.json()
     routes = [
-        (route.path, method.lower()) for route in app.routes if isinstance(route, APIRoute) for method in route.methods
+        (route.path, method.lower(), route.body_field is not None)
+        for route in app.routes
+        if isinstance(route, APIRoute)
+        for method in route.methods
     ]
-    assert len(routes) == 9 and {path for path, _ in routes} == set(schema["paths"])
-    for path, method in routes:
+    assert len(routes) == 10 and {path for path, _, _ in routes} == set(schema["paths"])
+    for path, method, takes_a_body in routes:
         operation = schema["paths"][path][method]
-        if method == "post":
+        assert ("requestBody" in operation) == takes_a_body, f"{method} {path}"
+        if takes_a_body:
             body = operation["requestBody"]["content"]["application/json"]["schema"]
             assert body.get("$ref") or body.get("properties"), f"{method} {path}: its body has no schema"
         assert operation["responses"]["200"]["content"], f"{method} {path}: no 200 answer described"

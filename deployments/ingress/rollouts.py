@@ -52,6 +52,10 @@ SOURCE = "rows"
 """How a request's rows are named in the messages about them (`rows, line 2, field ...`)."""
 
 
+HEADER_SAFE = r"^[!-~]+$"
+"""Visible ASCII: a batch's id goes back in its `Batch-Id` header, which cannot carry anything else."""
+
+
 class RolloutsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -80,12 +84,14 @@ class RolloutsRequest(BaseModel):
         default=None,
         min_length=1,
         max_length=200,
+        pattern=HEADER_SAFE,
         description="Re-sending a batch with its key replays what finished.",
     )
     batch_id: str | None = Field(
         default=None,
         min_length=1,
         max_length=200,
+        pattern=HEADER_SAFE,
         description="The batch's id for `/v1/rollouts/{batch_id}/pause` (default: the idempotency key, else new).",
     )
 
