@@ -74,14 +74,30 @@ OnProgress = Callable[[Any], None]
 
 
 @dataclass
-class _Group(Generic[T, R]):
-    """The calls of one flush that go in one request (one routing key): each call's item, future, listener and
-    trace context."""
+class _Calls(Generic[T, R]):
+    """Calls waiting to be sent (or sent in one request): each call's item, future, listener and trace context."""
 
     items: list[T] = field(default_factory=list)
     futures: list[asyncio.Future[R]] = field(default_factory=list)
     listeners: list[OnProgress | None] = field(default_factory=list)
     carriers: list[tracing.Carrier | None] = field(default_factory=list)
+
+    def add(
+        self, item: T, future: asyncio.Future[R], listener: OnProgress | None, carrier: tracing.Carrier | None
+    ) -> None:
+        self.items.append(item)
+        self.futures.append(future)
+        self.listeners.append(listener)
+        self.carriers.append(carrier)
+
+    def share(self, part: int, parts: int) -> _Calls[T, R]:
+        """Calls part, part + parts, ...: one request's share when a flush is split over `parts` requests."""
+        cut = slice(part, None, parts)
+        return _Calls(self.items[cut], self.futures[cut], self.listeners[cut], self.carriers[cut])
+
+    def traces(self) -> list[tracing.Carrier | None] | None:
+        """The calls' trace contexts, or None when none is traced (the request then carries no such argument)."""
+        return self.carriers if any(self.carriers) else None
 
 
 class MicroBatcher(Generic[T, R]):
@@ -109,10 +125,7 @@ class MicroBatcher(Generic[T, R]):
         self._route = route
         self._outstanding = 0  # requests sent and not yet fully answered
         self.latency_s = 0.0  # moving average of a call's time from send to result
-        self._items: list[T] = []
-        self._futures: list[asyncio.Future[R]] = []
-        self._listeners: list[OnProgress | None] = []
-        self._carriers: list[tracing.Carrier | None] = []
+        self._pending: _Calls[T, R] = _Calls()
         self._timer: asyncio.Handle | None = None
         self._sending: set[asyncio.Task[None]] = set()
 
@@ -120,11 +133,8 @@ class MicroBatcher(Generic[T, R]):
         """The item's result; `on_progress` hears the `Progress` values its call reports before it."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
-        self._items.append(item)
-        self._futures.append(future)
-        self._listeners.append(on_progress)
-        self._carriers.append(tracing.carrier())
-        if len(self._items) >= self._max_size:
+        self._pending.add(item, future, on_progress, tracing.carrier())
+        if len(self._pending.items) >= self._max_size:
             self._flush()
         elif self._timer is None:
             wait = min(self._max_wait_s, _LATENCY_SHARE * self.latency_s) if self._outstanding else 0.0
@@ -136,59 +146,36 @@ class MicroBatcher(Generic[T, R]):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        items, futures, listeners, carriers = self._items, self._futures, self._listeners, self._carriers
-        self._items, self._futures, self._listeners, self._carriers = [], [], [], []
-        groups: dict[str | None, _Group[T, R]] = {}
-        for item, future, listener, found in zip(items, futures, listeners, carriers, strict=True):
-            group = groups.setdefault(self._route(item) if self._route else None, _Group())
-            group.items.append(item)
-            group.futures.append(future)
-            group.listeners.append(listener)
-            group.carriers.append(found)
+        pending, self._pending = self._pending, _Calls()
+        groups: dict[str | None, _Calls[T, R]] = {}
+        for call in zip(pending.items, pending.futures, pending.listeners, pending.carriers, strict=True):
+            groups.setdefault(self._route(call[0]) if self._route else None, _Calls()).add(*call)
         for key, group in groups.items():
             parts = min(self._parts(), len(group.items)) if self._parts and key is None else 1
-            for part in range(parts):  # calls part, part + parts, ...: each request gets a share
-                share = slice(part, None, parts)
-                self._start(
-                    group.items[share], group.futures[share], group.listeners[share], key, group.carriers[share]
-                )
+            for part in range(parts):  # each request gets a share
+                self._start(group.share(part, parts), key)
 
-    def _start(
-        self,
-        items: list[T],
-        futures: list[asyncio.Future[R]],
-        listeners: list[OnProgress | None],
-        key: str | None = None,
-        carriers: list[tracing.Carrier | None] | None = None,
-    ) -> None:
-        if items:
+    def _start(self, calls: _Calls[T, R], key: str | None) -> None:
+        if calls.items:
             # A fresh context: in a Serve replica, a handle call takes its Serve request id from the calling
             # request's context, and the requests of one flush would all carry the id of the request whose
             # call started the flush (see also `SessionRouter._fulfill_next_pending_request`).
             context = contextvars.Context()
-            traces = carriers if carriers and any(carriers) else None
-            delivery = self._deliver(items, futures, listeners, key, traces)
-            task = asyncio.get_running_loop().create_task(delivery, context=context)
+            task = asyncio.get_running_loop().create_task(self._deliver(calls, key), context=context)
             self._sending.add(task)  # keep a reference until it is done
             task.add_done_callback(self._sending.discard)
-            abandon = functools.partial(_abandon_if_unwanted, task, futures)
-            for future in futures:
+            abandon = functools.partial(_abandon_if_unwanted, task, calls.futures)
+            for future in calls.futures:
                 future.add_done_callback(abandon)
 
-    async def _deliver(
-        self,
-        items: list[T],
-        futures: list[asyncio.Future[R]],
-        listeners: list[OnProgress | None],
-        key: str | None,
-        traces: list[tracing.Carrier | None] | None = None,
-    ) -> None:
+    async def _deliver(self, calls: _Calls[T, R], key: str | None) -> None:
         reply = None
         self._outstanding += 1
         started = time.perf_counter()
+        futures, listeners, traces = calls.futures, calls.listeners, calls.traces()
         extra = {} if traces is None else {"traces": traces}
         try:
-            reply = self._send(items, key, **extra) if self._route else self._send(items, **extra)
+            reply = self._send(calls.items, key, **extra) if self._route else self._send(calls.items, **extra)
             if hasattr(reply, "__aiter__"):
                 async for chunk in reply:
                     self._observe(time.perf_counter() - started)
@@ -268,11 +255,11 @@ async def stream_batch(
     def finished(index: int, task: asyncio.Future[Any]) -> None:
         ready.put_nowait((index, asyncio.CancelledError() if task.cancelled() else task.exception() or task.result()))
 
+    name = getattr(fn, "__name__", "call")
     tasks = []
     for index, args in enumerate(calls):
         call = functools.partial(fn, report=reporter(index)) if reports else fn
         found = traces[index] if traces is not None else None
-        name = getattr(fn, "__name__", "call")
         task = asyncio.ensure_future(_traced(call, name, args, found, len(calls)) if found else call(*args))
         task.add_done_callback(functools.partial(finished, index))
         tasks.append(task)
