@@ -220,7 +220,8 @@ class _Tail:
 async def _feed(process: asyncio.subprocess.Process, stdin: bytes | None) -> None:
     if stdin is None or process.stdin is None:
         return
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+    # a program may exit before it reads its task; uvloop (Serve's loop) says so with RuntimeError
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError, RuntimeError):
         process.stdin.write(stdin)
         await process.stdin.drain()
     process.stdin.close()
