@@ -7,7 +7,11 @@ reward with the recorded one. Rows go to a Markdown table, one line per server, 
 message where a step failed.
 
     python scripts/nemo_gym_survey.py [--servers NAME ...] [--out deployments/nemo_gym/SURVEY.md] [--timeout 180]
-        [--jobs 2]
+        [--jobs 2] [--judge-url URL --judge-model NAME] [--results FILE.json]
+
+A judge-backed server whose judge calls NeMo Gym did not record runs with a live judge where `--judge-url` names
+an OpenAI-compatible server (e.g. `vllm serve` of the tiny model): such a recording *ran end to end*, its reward
+not compared. `--results` keeps every server's result as JSON, so a run of some `--servers` updates the table.
 
 What is proven (with the known exceptions explained) is `tests/test_nemo_gym_servers.py`; this is the
 survey behind the list of servers there and the README's "not supported" list.
@@ -57,33 +61,62 @@ def survey_one(server: str) -> dict[str, Any]:
         return {**result, "stage": stage, "error": f"{type(e).__name__}: {e}"}
 
     async def replay_all() -> dict[str, Any]:
-        agree, ran, problems, agents = 0, 0, [], set()
+        agree, live, problems, agents = 0, 0, [], set()
         with tempfile.TemporaryDirectory() as tmp:
             for i, (row, recorded) in enumerate(pairs):
                 outcome = await replay_one(server, row, recorded, models, Path(tmp) / str(i))
                 agents.add(outcome["agent"])
-                ran += outcome["ran"]
-                if outcome["reward"] is not None and outcome["reward"] == float(recorded.get("reward", float("nan"))):
+                if outcome["reward"] is not None and outcome["live_judge_calls"]:
+                    live += 1  # its judge was live, not NeMo Gym's recorded verdict: it ran, nothing to compare
+                elif outcome["reward"] is not None and outcome["reward"] == float(recorded.get("reward", "nan")):
                     agree += 1
                 elif outcome["reward"] is not None:
                     problems.append(f"#{i}: reward {outcome['reward']}, recorded {recorded.get('reward')}")
                 else:
                     problems.append(f"#{i}: {outcome['error']}")
-        return {"agree": agree, "ran": ran, "problems": problems, "agents": sorted(agents)}
+        return {"agree": agree, "live": live, "problems": problems, "agents": sorted(agents)}
 
     done = asyncio.run(replay_all())
     stage = "replays" if done["agree"] == len(pairs) else "replay"
-    if stage == "replay" and judged == 0 and len(models) > 1 and done["ran"] == len(pairs):
+    if stage == "replay" and done["live"] and done["agree"] + done["live"] == len(pairs):
         stage = "end to end"  # a judge-backed server whose judge calls NeMo Gym did not record: it ran, not agreed
     return {
         **result,
         "stage": stage,
         "agree": done["agree"],
+        "live": done["live"],
         "recordings": len(pairs),
         "agents": done["agents"],
         "judged": judged,
         "error": "; ".join(done["problems"]),
     }
+
+
+class LiveJudge:
+    """A judge server's model calls that NeMo Gym's recordings do not answer, sent to a live OpenAI-compatible
+    model (`--judge-url`) over Chat Completions, each answer capped at `max_tokens`; `calls` counts them."""
+
+    def __init__(self, recorded: Any, base_url: str | None, model: str, max_tokens: int = 256) -> None:
+        from gym_serve.models.http_endpoint import HTTPEndpoint
+
+        self.recorded, self.model, self.max_tokens = recorded, model, max_tokens
+        self.endpoint = HTTPEndpoint(base_url, timeout_s=300, max_retries=1) if base_url else None
+        self.calls = 0
+
+    async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+        from gym_serve.errors import FailureKind, failure_kind
+        from gym_serve.wire.chat import chat_response_to_responses, responses_request_to_chat
+
+        try:
+            return await self.recorded.responses(request, session)
+        except Exception as e:
+            if self.endpoint is None or failure_kind(e) is not FailureKind.REPLAY_MISS:
+                raise
+        self.calls += 1
+        chat = {**responses_request_to_chat(request), "model": self.model}
+        chat["max_tokens"] = min(int(chat.get("max_tokens") or self.max_tokens), self.max_tokens)
+        chat.pop("max_completion_tokens", None)
+        return chat_response_to_responses(await self.endpoint.post("/chat/completions", chat))
 
 
 async def replay_one(
@@ -105,10 +138,18 @@ async def replay_one(
     (folder / "policy.jsonl").write_text(json.dumps(recorded) + "\n")
     (folder / "judge.jsonl").write_text("".join(json.dumps(call) + "\n" for call in recorded_judge_calls(recorded)))
 
+    judges: list[LiveJudge] = []
+
     def fresh() -> tuple[Any, Routes]:
-        judge = ReplayModel([folder / "judge.jsonl", folder / "policy.jsonl"])
-        routes = Routes(models={name: judge.responses for name in models})
+        recorded = ReplayModel([folder / "judge.jsonl", folder / "policy.jsonl"])
+        judges.append(
+            LiveJudge(recorded, os.environ.get("SURVEY_JUDGE_URL"), os.environ.get("SURVEY_JUDGE_MODEL", ""))
+        )
+        routes = Routes(models={name: judges[-1].responses for name in models})
         return ReplayModel([folder / "policy.jsonl"]), routes
+
+    def live() -> int:
+        return judges[-1].calls
 
     policy, routes = fresh()
     host = hosted_server(server, routes=routes)
@@ -116,11 +157,11 @@ async def replay_one(
         rollout = await run_episode(
             row, model=policy, env=host, env_info=host.describe(), config=AgentConfig(max_steps=50)
         )
-        return {"agent": "gym-serve", "ran": True, "reward": float(rollout["reward"])}
+        return {"agent": "gym-serve", "reward": float(rollout["reward"]), "live_judge_calls": live()}
     except Exception as e:
         first = f"{type(e).__name__}: {e}"
         if failure_kind(e) is not FailureKind.REPLAY_MISS:
-            return {"agent": "gym-serve", "ran": False, "reward": None, "error": first}
+            return {"agent": "gym-serve", "reward": None, "error": first}
     agent = catalog.agent_of(str((recorded.get("agent_ref") or {}).get("name") or "")) or "simple_agent"
     policy, routes = fresh()
     routes.models["policy_model"] = policy.responses
@@ -133,9 +174,9 @@ async def replay_one(
     try:
         hosted = NemoGymAgent(agent, instance="survey_agent", routes=routes, resources_server=server)
         rollout = await hosted.run(row)
-        return {"agent": agent, "ran": True, "reward": float(rollout["reward"])}
+        return {"agent": agent, "reward": float(rollout["reward"]), "live_judge_calls": live()}
     except Exception as e:
-        return {"agent": agent, "ran": False, "reward": None, "error": f"{first}; {agent}: {type(e).__name__}: {e}"}
+        return {"agent": agent, "reward": None, "error": f"{first}; {agent}: {type(e).__name__}: {e}"}
 
 
 def run_isolated(server: str, timeout_s: float) -> dict[str, Any]:
@@ -167,7 +208,10 @@ def in_own_environment(server: str, timeout_s: float) -> dict[str, Any]:
         return {"server": server, "stage": "dependencies", "error": "; ".join(problems)}
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    task = ray.remote(survey_one).options(runtime_env=requirements.runtime_env(server), max_retries=0)
+    runtime_env = requirements.runtime_env(server)
+    judge = {k: v for k, v in os.environ.items() if k.startswith("SURVEY_JUDGE_")}
+    runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **judge}
+    task = ray.remote(survey_one).options(runtime_env=runtime_env, max_retries=0)
     ref = task.remote(server)
     try:
         return ray.get(ref, timeout=timeout_s * 4)  # the environment's build counts too
@@ -184,7 +228,9 @@ def table(results: list[dict[str, Any]]) -> str:
         "",
         f"Every resources server of the installed nemo-gym, tried by `scripts/nemo_gym_survey.py` "
         f"({len(results)} servers). *replays*: every recording gives its recorded reward; *replay*: some do not "
-        "(the first problems shown); *recordings*: builds, but has no usable recordings; *build*: the server "
+        "(the first problems shown); *end to end*: a judge-backed server NeMo Gym recorded no judge verdicts for, "
+        "every recording ran with a live judge (a model server: its reward is not compared, `+N live judge`) or "
+        "agreed; *recordings*: builds, but has no usable recordings; *build*: the server "
         "failed to start in-process; *dependencies*: the deploy-time check refused it (a package not installed "
         "here); *timeout*/*crash*: its process did not answer.",
         "",
@@ -204,6 +250,7 @@ def table(results: list[dict[str, Any]]) -> str:
     ]
     for r in sorted(results, key=lambda r: (order.index(r["stage"]), r["server"])):
         agree = f"{r['agree']} / {r['recordings']}" if "agree" in r else ""
+        agree += f" (+{r['live']} live judge)" if r.get("live") else ""
         agents = ", ".join(r.get("agents") or []) + (" (own environment)" if r.get("installed") else "")
         problem = re.sub(r"\S*/site-packages/", "site-packages/", str(r.get("error") or ""))  # no machine's paths
         problem = re.sub(re.escape(tempfile.gettempdir()) + r"/[^/\s]+/", "", problem)
@@ -219,19 +266,26 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "deployments" / "nemo_gym" / "SURVEY.md")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per server")
     parser.add_argument("--jobs", type=int, default=2, help="servers tried at once")
+    parser.add_argument("--judge-url", help="an OpenAI-compatible server for judge calls NeMo Gym did not record")
+    parser.add_argument("--judge-model", default="", help="the model name to ask --judge-url for")
+    parser.add_argument("--results", type=Path, help="every server's result as JSON: read, updated, written")
     args = parser.parse_args()
+    if args.judge_url:
+        os.environ.update(SURVEY_JUDGE_URL=args.judge_url, SURVEY_JUDGE_MODEL=args.judge_model)
     if args.one:
         print(json.dumps(survey_one(args.one)), flush=True)
         return
     from gym_serve.environment.nemo_gym import catalog
 
     servers = args.servers or catalog.available_servers()
+    kept = json.loads(args.results.read_text()) if args.results and args.results.exists() else {}
     with ThreadPoolExecutor(args.jobs) as pool:
-        results = []
         for result in pool.map(lambda s: run_isolated(s, args.timeout), servers):
             print(f"{result['server']:<45} {result['stage']:<13} {str(result.get('error') or '')[:100]}", flush=True)
-            results.append(result)
-    args.out.write_text(table(results))
+            kept[result["server"]] = result
+            if args.results:
+                args.results.write_text(json.dumps(kept, indent=1))  # a crash keeps what finished
+    args.out.write_text(table(list(kept.values())))
     print(f"-> {args.out}")
 
 

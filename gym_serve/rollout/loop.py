@@ -63,6 +63,7 @@ from gym_serve.errors import (
 )
 from gym_serve.rollout.checkpoint import Checkpoint, Paused
 from gym_serve.wire.pieces import input_items, user_message
+from gym_serve.wire.responses import with_response_defaults
 from gym_serve.wire.tokens import policy_version_range
 
 __all__ = ["AgentConfig", "EnvClient", "ModelClient", "OnTurn", "call_tier", "run_episode", "session_id"]
@@ -154,6 +155,7 @@ async def run_episode(
 
     output = progress.items
     episode = {**progress.response, "output": output, "usage": _full_usage(progress.usage)}
+    episode = with_response_defaults(episode, params)  # what NeMo Gym's `BaseVerifyResponse` requires
     t0 = time.perf_counter()
     verdict = await _call("environment `verify`", env.verify(row, episode, progress.state), VerifyError, config)
     timings["verify_s"] = time.perf_counter() - t0

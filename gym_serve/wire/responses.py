@@ -48,6 +48,7 @@ from gym_serve.wire.jsonl import unwritable
 from gym_serve.wire.pieces import field_path, user_message
 
 __all__ = [
+    "with_response_defaults",
     "AgentRef",
     "FunctionCall",
     "FunctionCallOutput",
@@ -391,3 +392,23 @@ def output_text(items: list[dict[str, Any]]) -> str:
 def function_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The `function_call` items among `items`, in order."""
     return [item for item in items if item.get("type") == "function_call"]
+
+
+def with_response_defaults(response: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """A response with the fields a Responses object must have, where the model tier left them out.
+
+    NeMo Gym validates every response as an OpenAI `Response` (its servers' `/verify`
+    and its consumers' `BaseVerifyResponse`); a replayed or synthetic model, or a
+    response assembled from many turns, has fewer fields than the OpenAI API gives.
+    `params` is the request (`responses_create_params`) the response answers.
+    """
+    defaults = {
+        "id": "resp_gym_serve",
+        "object": "response",
+        "created_at": 0.0,
+        "model": params.get("model") or "unknown",
+        "parallel_tool_calls": params.get("parallel_tool_calls", True),
+        "tool_choice": params.get("tool_choice", "auto"),
+        "tools": params.get("tools") or [],
+    }
+    return {**defaults, **{k: v for k, v in response.items() if v is not None or k not in defaults}}

@@ -32,9 +32,9 @@ import orjson
 
 from gym_serve.environment.nemo_gym.host import NemoGymServer
 from gym_serve.environment.nemo_gym.inprocess import excerpt
-from gym_serve.environment.nemo_gym.routes import with_response_defaults
 from gym_serve.environment.runner import OPENING_KEY, EnvInfo
 from gym_serve.errors import EnvError
+from gym_serve.wire.responses import with_response_defaults
 
 __all__ = ["GymnasiumHost"]
 

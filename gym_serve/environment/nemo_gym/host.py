@@ -67,9 +67,10 @@ import orjson
 
 from gym_serve.environment.nemo_gym import catalog
 from gym_serve.environment.nemo_gym.inprocess import asgi_post, build, excerpt
-from gym_serve.environment.nemo_gym.routes import Routes, scope, with_response_defaults
+from gym_serve.environment.nemo_gym.routes import Routes, scope
 from gym_serve.environment.runner import EnvInfo
 from gym_serve.errors import EnvError, JudgeError, SessionLostError, VerifierTimeoutError, VerifyError
+from gym_serve.wire.responses import with_response_defaults
 
 __all__ = ["SESSION_COOKIE", "NemoGymServer", "hosted_server"]
 

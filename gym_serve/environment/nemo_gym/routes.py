@@ -34,6 +34,7 @@ import orjson
 
 from gym_serve.errors import EnvError
 from gym_serve.wire.chat import chat_request_to_responses, responses_response_to_chat
+from gym_serve.wire.responses import with_response_defaults
 
 __all__ = [
     "AppCall",
@@ -45,7 +46,6 @@ __all__ = [
     "plain_cookies",
     "routed_server_client",
     "scope",
-    "with_response_defaults",
 ]
 
 ModelCall = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -102,25 +102,6 @@ async def _model_request(server: str, model: ModelCall, path: str, payload: Any)
     response = with_response_defaults(response, request)
     answer = responses_response_to_chat(response) if route == "/chat/completions" else response
     return LocalResponse(200, orjson.dumps(answer), {}, url=url, method="POST")
-
-
-def with_response_defaults(response: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-    """A response with the fields a Responses object must have, where the model tier left them out.
-
-    NeMo Gym validates every response as an OpenAI `Response`; a replayed or
-    synthetic model answers with fewer fields than the OpenAI API does. `params`
-    is the request (`responses_create_params`) the response answers.
-    """
-    defaults = {
-        "id": "resp_gym_serve",
-        "object": "response",
-        "created_at": 0.0,
-        "model": params.get("model") or "unknown",
-        "parallel_tool_calls": params.get("parallel_tool_calls", True),
-        "tool_choice": params.get("tool_choice", "auto"),
-        "tools": params.get("tools") or [],
-    }
-    return {**defaults, **{k: v for k, v in response.items() if v is not None or k not in defaults}}
 
 
 def routed_server_client(routes: Routes, global_config: dict[str, Any]) -> Any:
