@@ -319,7 +319,7 @@ def test_nemo_gyms_rollout_collection_runs_on_gym_serve_for_nemo_rl(
             assert len(call["logprobs"]) == len(call["generation"]) > 0 and all(lp <= 0 for lp in call["logprobs"])
     prompts = [tuple(rollout["calls"][0]["prompt"]) for rollout in got]
     assert prompts[0] == prompts[1] != prompts[2] == prompts[3], "NeMo RL groups a task's rollouts by prompt ids"
-    assert not [r["as_verify_response"] for r in got if r["as_verify_response"]], "NeMo Gym's BaseVerifyResponse takes it"
+    assert not [r["as_verify_response"] for r in got if r["as_verify_response"]], "BaseVerifyResponse takes it"
     assert errors["tokenizer"].startswith("TokenizerMismatch: key `tokenizer`: rollout (task 0, rollout 0): NeMo RL")
     assert "raise `GYM_SERVE_MAX_PROMPT_LENGTH`" in errors["prompt_too_long"]
 
