@@ -77,6 +77,8 @@ def survey_one(server: str) -> dict[str, Any]:
         return {"agree": agree, "live": live, "problems": problems, "agents": sorted(agents)}
 
     done = asyncio.run(replay_all())
+    if any("ModuleNotFoundError: No module named" in problem for problem in done["problems"]):
+        return {**result, "stage": "dependencies", "error": done["problems"][0]}  # imported only when it scores
     stage = "replays" if done["agree"] == len(pairs) else "replay"
     if stage == "replay" and done["live"] and done["agree"] + done["live"] == len(pairs):
         stage = "end to end"  # a judge-backed server whose judge calls NeMo Gym did not record: it ran, not agreed
@@ -116,6 +118,8 @@ class LiveJudge:
         chat = {**responses_request_to_chat(request), "model": self.model}
         chat["max_tokens"] = min(int(chat.get("max_tokens") or self.max_tokens), self.max_tokens)
         chat.pop("max_completion_tokens", None)
+        if not chat.get("tools"):
+            chat.pop("tool_choice", None)  # a judge request may name a choice among no tools; vLLM refuses that
         return chat_response_to_responses(await self.endpoint.post("/chat/completions", chat))
 
 
