@@ -114,8 +114,13 @@ async def test_claude_code_acts_on_anthropic_messages_streamed_and_is_captured_t
     calls = [call for call, _ in calls_of(rollout)]
     assert {(call["api"], call["stream"]) for call in calls} == {("anthropic", True)}
     assert numbers["calls"] == 2 and numbers["segments"] == 1, "the tool result extends the first call"
-    result = json.loads(rollout["response"]["harness"]["stdout"])
-    assert result["result"] == "Done." and result["is_error"] is False
+    assert [call["constraint"]["regex"] for call in calls] == ANSWERS["claude_code"], "call N, the Nth pattern"
+    acted = {item["type"]: item for item in rollout["response"]["output"]}
+    assert acted["function_call"]["name"] == "Bash" and "answer.txt" in acted["function_call"]["arguments"]
+    assert acted["function_call_output"]["call_id"] == acted["function_call"]["call_id"], "its tool's result came back"
+    result = json.loads(rollout["response"]["harness"]["stdout"])  # `claude -p --output-format json`
+    assert result["subtype"] == "success" and result["num_turns"] == 2 and result["result"] == "Done."
+    assert result["is_error"] is False and result["permission_denials"] == []
 
 
 async def test_mini_swe_agent_acts_on_chat_completions_and_is_captured_token_exact(
@@ -125,5 +130,7 @@ async def test_mini_swe_agent_acts_on_chat_completions_and_is_captured_token_exa
     numbers = common_checks(rollout, recompute)
     calls = [call for call, _ in calls_of(rollout)]
     assert [(call["api"], call["stream"]) for call in calls] == [("chat", False)] and numbers["calls"] == 1
-    trajectory = json.loads(rollout["response"]["harness"]["files"]["trajectory.json"])
-    assert trajectory["info"]["exit_status"] == "Submitted"
+    acted = {item["type"]: item for item in rollout["response"]["output"]}
+    assert acted["function_call"]["name"] == "bash" and "answer.txt" in acted["function_call"]["arguments"]
+    trajectory = json.loads(rollout["response"]["harness"]["files"]["trajectory.json"])  # `mini -o`
+    assert trajectory["info"]["exit_status"] == "Submitted" and trajectory["info"]["model_stats"]["api_calls"] == 1
