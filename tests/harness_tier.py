@@ -58,7 +58,8 @@ def tiny_engine_app(tiny_model: Path, *, max_model_len: int = 4096) -> Iterator[
 def harness_env(name: str) -> str:
     """The folder `scripts/harness_envs.py` built for `name` (built now if it is not cached yet)."""
     script = [sys.executable, str(REPO / "scripts" / "harness_envs.py")]
-    subprocess.run([*script, "build", name], check=True, capture_output=True, timeout=600)
+    built = subprocess.run([*script, "build", name], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, f"cannot build the {name} harness: {built.stdout[-2000:]}{built.stderr[-2000:]}"
     found = subprocess.run([*script, "path", name], check=True, capture_output=True, text=True, timeout=60)
     return found.stdout.strip()
 
