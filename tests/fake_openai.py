@@ -34,8 +34,10 @@ class FakeOpenAI:
 
     BARRIER = 8
 
-    def __init__(self, *, key: str | None = None, reject_first: bool = False) -> None:
-        self.key = key
+    def __init__(self, *, key: str | None = None, reject_first: bool = False, says: str | None = None) -> None:
+        """`says`: Chat Completions answer every conversation with this text (a judge's verdict, say) instead of
+        playing the weather episode."""
+        self.key, self.says = key, says
         self.requests = 0
         self.rejected_once = not reject_first
         self.in_flight = 0
@@ -82,7 +84,9 @@ class FakeOpenAI:
             return refused
         body = await request.json()
         tool_messages = [m for m in body["messages"] if m["role"] == "tool"]
-        if tool_messages:
+        if self.says is not None:
+            message, finish = {"role": "assistant", "content": self.says}, "stop"
+        elif tool_messages:
             message = {"role": "assistant", "content": weather_answer(tool_messages[-1]["content"])}
             finish = "stop"
         else:

@@ -40,6 +40,7 @@ from gym_serve.rollout.loop import AgentConfig, run_episode
 from gym_serve.rollout.replay import ReplayModel
 from gym_serve.serving.config import NemoGymEnvironmentArgs, load_serve_config, validate_app_args
 from tests.conftest import REPO
+from tests.fake_openai import FakeOpenAI, serving
 
 PROVEN = [
     # the servers the issue names (instruction_following cannot run here: see the test of its missing package)
@@ -354,3 +355,27 @@ def test_the_survey_script_says_how_far_each_server_gets(tmp_path: Path) -> None
     assert "| dependencies |" in rows["instruction_following"]
     assert "verifiable-instructions" in rows["instruction_following"]
     assert "Counts: replays 1, dependencies 1" in out.read_text()
+
+
+def test_the_survey_runs_a_judge_server_nemo_gym_recorded_no_verdicts_for_end_to_end_with_a_live_judge(
+    tmp_path: Path,
+) -> None:
+    """`aalcr` asks a judge model that NeMo Gym's recordings kept no answers of: with `--judge-url`, each recording
+    runs with that judge (here the OpenAI API's stand-in, always a verdict) and counts as *end to end*, never as
+    agreeing."""
+    out, results = tmp_path / "survey.md", tmp_path / "survey.json"
+    fake = FakeOpenAI(says="The answer is correct. [[A]]")
+    with serving(fake) as base_url:
+        command = [sys.executable, "scripts/nemo_gym_survey.py", "--servers", "aalcr", "--out", str(out)]
+        command += ["--judge-url", base_url, "--judge-model", "judge", "--results", str(results)]
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    aalcr = json.loads(results.read_text())["aalcr"]
+    assert aalcr["stage"] == "end to end" and aalcr["judged"] == 0, aalcr
+    assert aalcr["live"] == aalcr["recordings"] == 5 and aalcr["agree"] == 0
+    assert "| `aalcr` | end to end | 0 / 5 (+5 live judge) |" in out.read_text() and fake.requests >= 5
+    # without a judge the same recordings cannot run: a judge call NeMo Gym did not record is a replay miss
+    command = [sys.executable, "scripts/nemo_gym_survey.py", "--servers", "aalcr", "--out", str(out)]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| `aalcr` | replay | 0 / 5 |" in out.read_text() and "judge_failed" in out.read_text()
