@@ -145,13 +145,17 @@ def recorded_rollouts(server: str) -> list[tuple[dict[str, Any], dict[str, Any]]
     fields the server's response model declares, so the task fields verify
     needs are joined back from the `data/example.jsonl` row with the same
     prompt. A recording whose prompt is in no example row is its own task row
-    (less `response` and `reward`): the fields it kept are all there is.
+    (less `response` and `reward`, and less the request fields it recorded as
+    null, which NeMo Gym's request models would refuse): the fields it kept are
+    all there is.
     """
     data = nemo_gym.data_dir(server)
     examples = {_prompt_key(row): row for _, row in read_jsonl(data / "example.jsonl")}
     pairs = []
     for _, recorded in read_jsonl(data / "example_rollouts.jsonl"):
         own = {k: v for k, v in recorded.items() if k not in ("response", "reward")}
+        if isinstance(own.get("responses_create_params"), dict):
+            own["responses_create_params"] = {k: v for k, v in own["responses_create_params"].items() if v is not None}
         pairs.append((examples.get(_prompt_key(recorded), own), recorded))
     return pairs
 
