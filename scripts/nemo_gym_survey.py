@@ -240,14 +240,19 @@ def table(results: list[dict[str, Any]]) -> str:
         "",
         "Counts: " + ", ".join(f"{stage} {n}" for stage, n in counts.items() if n),
         "",
-        "Reading the failures: `Missing key judge_model` (or `policy_model`, `genrm_model`) is a server that calls "
-        'a judge model by name, which runs once `endpoints` names it (README, "NeMo Gym\'s environments"); a 404 '
-        "from `/seed_session` is a Gymnasium-style server (`/step`, `/reset`), not hosted; a 422 naming a field "
-        "(`workdir`, `image_ref`, `repo`) is a sandbox or container task; `ReplayMissError` is a recording made by "
-        "another agent than `simple_agent` (its conversation is not the one simple_agent's turns build); "
-        "`not a recorded rollout` is a recording file without responses. The servers `tests/test_nemo_gym_servers.py` "
-        "proves (27, with a Serve config each in this folder) are among those that replay; the known exceptions "
-        "there (`mcqa`, `math_with_judge`, `structured_outputs`) are explained in that test.",
+        "Reading the failures: judge models are Model-tier applications the server's references map to (here "
+        "the replay model over the judge calls NeMo Gym recorded, else the live judge of `--judge-url`); "
+        "Gymnasium-style servers run through gym-serve's `user_turn` and other agents' recordings through those "
+        "agents hosted unchanged. What is left: `ReplayMissError` is a conversation no recording holds: a server "
+        "whose observations are random and unseeded (`blackjack`, `grl_sokoban`, `grl_tetris`, "
+        "`openair_congestion`), or an agent not hosted (`stirrup_agent`, `toolsandbox_agent`); a 422 naming "
+        "`workdir`, `image_ref`, `repo` or `instance` is a sandbox or container task; a 422 naming a task field "
+        "(`ground_truth`, `outputs`) is a recording whose prompt is in no `example.jsonl` row, so its task fields "
+        "are lost; `URLError`, `LocalEntryNotFoundError` and `Couldn't reach` need the network or a download at "
+        "start; `got multiple values for keyword argument` is a bug in the server's own verify. The servers "
+        "`tests/test_nemo_gym_servers.py` proves (27, with a Serve config each in this folder) are among those "
+        "that replay; the known exceptions there (`mcqa`, `math_with_judge`, `structured_outputs`) are explained "
+        "in that test.",
         "",
         "| server | stage | recordings agreeing | agents | first problem |",
         "|---|---|---:|---|---|",
