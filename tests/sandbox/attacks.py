@@ -17,12 +17,15 @@ import socket
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gym_serve.sandbox import Base, BaseFile, Limits, SandboxProvider
 from tests.verifiers.callers import processes_with
+
+T = TypeVar("T")
 
 BASE = Base(files=(BaseFile(dest="repo/README", text="the attacker's workspace\n"),), name="red-team")
 LIMITS = Limits(cpu_s=5, memory_mb=256, max_processes=64, disk_mb=32, max_files=5000, output_bytes=1 << 16, wall_s=8)
@@ -139,9 +142,10 @@ async def run_attacks(provider: SandboxProvider, replica_pid: int) -> dict[str, 
         for name, command in attacks(outside, replica_pid, victim_secret).items():
             attacker = await provider.create(BASE, limits=LIMITS)
             started = time.monotonic()
-            done = await provider.exec(attacker, ["bash", "-c", command], timeout_s=LIMITS.wall_s)
+            running = provider.exec(attacker, ["bash", "-c", command], timeout_s=LIMITS.wall_s)
+            done, processes = await peak_during(running, outside.tag, 2.0 if name == "fork_bomb" else 0.0)
             results[name] = {
-                "processes": await peak_processes(outside.tag, 2.0 if name == "fork_bomb" else 0.0),
+                "processes": processes,
                 "stdout": done.stdout[-4000:],
                 "stderr": done.stderr[-2000:],
                 "exit_code": done.exit_code,
@@ -189,6 +193,18 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+async def peak_during(work: Awaitable[T], tag: str, after_s: float) -> tuple[T, int]:
+    """`work`'s result, and the most processes tagged `tag` seen while it ran and for `after_s` after: a fork bomb
+    whose command outlives its deadline on a loaded machine is killed with everything it forked, so a look only
+    after the command would see none."""
+    task = asyncio.ensure_future(work)
+    peak = 0
+    while not task.done():
+        peak = max(peak, len(await asyncio.to_thread(processes_with, tag)))
+        await asyncio.wait({task}, timeout=0.05)
+    return task.result(), max(peak, await peak_processes(tag, after_s))
 
 
 async def peak_processes(tag: str, seconds: float) -> int:
