@@ -48,6 +48,20 @@ def harness_app(callable_: str, *, env_vars: dict[str, str] | None = None) -> Ap
     )
 
 
+def compaction_agent_app() -> AppArgs:
+    """NeMo Gym's `simple_agent_with_compaction`, hosted unchanged: it asks every answer for the token evidence
+    of its generation (so only a token-exact tier serves it) and calls its model `policy_model_for_compaction`,
+    which the application maps to the tiny engine."""
+    agent = {
+        "nemo_gym": {"agent": "simple_agent_with_compaction", "models": {"policy_model_for_compaction": MODEL_APP}},
+        "deployment": LIGHT,
+    }
+    environment = {"kind": "nemo_gym", "server": "example_single_tool_call", "deployment": LIGHT}
+    return AppArgs.model_validate(
+        {"environment": environment, "agent": agent, "model": {"kind": "app", "app": MODEL_APP}}
+    )
+
+
 @pytest.fixture(scope="module")
 def served(tiny_model: Path) -> Iterator[Path]:
     with tiny_engine_app(tiny_model):
@@ -56,6 +70,7 @@ def served(tiny_model: Path) -> Iterator[Path]:
             "compacting": harness_app("tests.harnesses:compacting"),
             "agents_chat": harness_app("examples.openai_agents_harness:chat_completions", env_vars=overlay),
             "agents_responses": harness_app("examples.openai_agents_harness:responses_streamed", env_vars=overlay),
+            "compaction_agent": compaction_agent_app(),
         }
         for name, args in apps.items():
             serve.run(build_app(args), name=name, route_prefix=None)
@@ -106,3 +121,12 @@ async def test_the_openai_agents_sdk_in_process_is_captured_token_exact(
     if app == "agents_responses":
         assert all(call["stream"] for call, _ in calls_of(rollout)) and harness["info"]["stream_events"] > 0
     assert json.loads(harness["reply"])["conditions"], "the SDK parsed its structured answer"
+
+
+async def test_nemo_gyms_compaction_agent_hosted_unchanged_runs_on_the_token_exact_tier(served: Path) -> None:
+    """Its model calls carry the generation evidence it demands (token ids, log-probs), through the mapped name."""
+    rollout = await rollout_of("compaction_agent")
+    assert "_ng_failure_class" not in rollout, rollout.get("error")
+    assert isinstance(rollout["reward"], float) and rollout["responses_create_params"]["input"]
+    generated = [item for item in rollout["response"]["output"] if item.get("generation_token_ids")]
+    assert generated and all(len(i["generation_log_probs"]) == len(i["generation_token_ids"]) for i in generated)
