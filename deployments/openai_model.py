@@ -21,8 +21,9 @@ from ray import serve
 from gym_serve.calls.autoscaling import Load, counted
 from gym_serve.calls.batching import BatchedResponses
 from gym_serve.errors import ModelError
+from gym_serve.models.http_endpoint import responses_over_chat
 from gym_serve.serving.config import OpenAIModelArgs
-from gym_serve.wire.chat import chat_response_to_responses, responses_request_to_chat
+from gym_serve.wire.chat import responses_request_to_chat
 
 __all__ = ["OpenAIModelDeployment"]
 
@@ -56,12 +57,8 @@ class OpenAIModelDeployment(BatchedResponses):
     @counted
     async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         if self.args.api == "chat":
-            chat = responses_request_to_chat(request)
-            chat["model"] = self.args.model
-            completion = await self.endpoint.post("/chat/completions", chat)
-            if not completion.get("choices"):
-                raise ModelError(f"{self.endpoint.base_url}/chat/completions: an answer without `choices`")
-            return chat_response_to_responses(completion)
+            chat = {**responses_request_to_chat(request), "model": self.args.model}
+            return await responses_over_chat(self.endpoint, chat)
         params = {k: request[k] for k in _RESPONSES_FIELDS if request.get(k) is not None}
         params["model"] = self.args.model
         response = await self.endpoint.post("/responses", params)

@@ -39,6 +39,7 @@ def survey_one(server: str) -> dict[str, Any]:
     from gym_serve.analysis.check import recorded_judge_calls, recorded_rollouts
     from gym_serve.environment.nemo_gym import catalog
     from gym_serve.environment.nemo_gym.host import hosted_server
+    from gym_serve.models.http_endpoint import HTTPEndpoint
 
     result: dict[str, Any] = {"server": server}
     try:
@@ -62,9 +63,11 @@ def survey_one(server: str) -> dict[str, Any]:
 
     async def replay_all() -> dict[str, Any]:
         agree, live, problems, agents = 0, 0, [], set()
+        url = os.environ.get("SURVEY_JUDGE_URL")
+        judge = HTTPEndpoint(url, timeout_s=300, max_retries=1) if url else None
         with tempfile.TemporaryDirectory() as tmp:
             for i, (row, recorded) in enumerate(pairs):
-                outcome = await replay_one(server, row, recorded, models, Path(tmp) / str(i))
+                outcome = await replay_one(server, row, recorded, models, Path(tmp) / str(i), judge)
                 agents.add(outcome["agent"])
                 if outcome["reward"] is not None and outcome["live_judge_calls"]:
                     live += 1  # its judge was live, not NeMo Gym's recorded verdict: it ran, nothing to compare
@@ -74,6 +77,8 @@ def survey_one(server: str) -> dict[str, Any]:
                     problems.append(f"#{i}: reward {outcome['reward']}, recorded {recorded.get('reward')}")
                 else:
                     problems.append(f"#{i}: {outcome['error']}")
+        if judge is not None:
+            await judge.close()
         return {"agree": agree, "live": live, "problems": problems, "agents": sorted(agents)}
 
     done = asyncio.run(replay_all())
@@ -95,24 +100,22 @@ def survey_one(server: str) -> dict[str, Any]:
 
 
 class LiveJudge:
-    """A judge server's model calls that NeMo Gym's recordings do not answer, sent to a live OpenAI-compatible
-    model (`--judge-url`) over Chat Completions, each answer capped at `max_tokens`; `calls` counts them."""
+    """A judge server's model calls: NeMo Gym's recorded verdicts where they answer, else (with `--judge-url`) a
+    live OpenAI-compatible model over Chat Completions, each answer capped at `max_tokens`; `calls` counts those."""
 
-    def __init__(self, recorded: Any, base_url: str | None, model: str, max_tokens: int = 256) -> None:
-        from gym_serve.models.http_endpoint import HTTPEndpoint
-
-        self.recorded, self.model, self.max_tokens = recorded, model, max_tokens
-        self.endpoint = HTTPEndpoint(base_url, timeout_s=300, max_retries=1) if base_url else None
+    def __init__(self, recorded: Any, live: Any, model: str, max_tokens: int = 256) -> None:
+        self.recorded, self.live, self.model, self.max_tokens = recorded, live, model, max_tokens
         self.calls = 0
 
     async def responses(self, request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         from gym_serve.errors import FailureKind, failure_kind
-        from gym_serve.wire.chat import chat_response_to_responses, responses_request_to_chat
+        from gym_serve.models.http_endpoint import responses_over_chat
+        from gym_serve.wire.chat import responses_request_to_chat
 
         try:
             return await self.recorded.responses(request, session)
         except Exception as e:
-            if self.endpoint is None or failure_kind(e) is not FailureKind.REPLAY_MISS:
+            if self.live is None or failure_kind(e) is not FailureKind.REPLAY_MISS:
                 raise
         self.calls += 1
         chat = {**responses_request_to_chat(request), "model": self.model}
@@ -120,11 +123,11 @@ class LiveJudge:
         chat.pop("max_completion_tokens", None)
         if not chat.get("tools"):
             chat.pop("tool_choice", None)  # a judge request may name a choice among no tools; vLLM refuses that
-        return chat_response_to_responses(await self.endpoint.post("/chat/completions", chat))
+        return await responses_over_chat(self.live, chat)
 
 
 async def replay_one(
-    server: str, row: dict[str, Any], recorded: dict[str, Any], models: set[str], folder: Path
+    server: str, row: dict[str, Any], recorded: dict[str, Any], models: set[str], folder: Path, judge: Any
 ) -> dict[str, Any]:
     """One recording: gym-serve's own loop first; where the replay model misses (a recording another agent made),
     the NeMo Gym agent that made it, hosted unchanged. Judge calls go to the replay model over the recording's own
@@ -142,32 +145,25 @@ async def replay_one(
     (folder / "policy.jsonl").write_text(json.dumps(recorded) + "\n")
     (folder / "judge.jsonl").write_text("".join(json.dumps(call) + "\n" for call in recorded_judge_calls(recorded)))
 
-    judges: list[LiveJudge] = []
+    def fresh() -> tuple[Any, Routes, LiveJudge]:
+        verdicts = ReplayModel([folder / "judge.jsonl", folder / "policy.jsonl"])
+        judging = LiveJudge(verdicts, judge, os.environ.get("SURVEY_JUDGE_MODEL", ""))
+        routes = Routes(models={name: judging.responses for name in models})
+        return ReplayModel([folder / "policy.jsonl"]), routes, judging
 
-    def fresh() -> tuple[Any, Routes]:
-        recorded = ReplayModel([folder / "judge.jsonl", folder / "policy.jsonl"])
-        judges.append(
-            LiveJudge(recorded, os.environ.get("SURVEY_JUDGE_URL"), os.environ.get("SURVEY_JUDGE_MODEL", ""))
-        )
-        routes = Routes(models={name: judges[-1].responses for name in models})
-        return ReplayModel([folder / "policy.jsonl"]), routes
-
-    def live() -> int:
-        return judges[-1].calls
-
-    policy, routes = fresh()
+    policy, routes, judging = fresh()
     host = hosted_server(server, routes=routes)
     try:
         rollout = await run_episode(
             row, model=policy, env=host, env_info=host.describe(), config=AgentConfig(max_steps=50)
         )
-        return {"agent": "gym-serve", "reward": float(rollout["reward"]), "live_judge_calls": live()}
+        return {"agent": "gym-serve", "reward": float(rollout["reward"]), "live_judge_calls": judging.calls}
     except Exception as e:
         first = f"{type(e).__name__}: {e}"
         if failure_kind(e) is not FailureKind.REPLAY_MISS:
             return {"agent": "gym-serve", "reward": None, "error": first}
     agent = catalog.agent_of(str((recorded.get("agent_ref") or {}).get("name") or "")) or "simple_agent"
-    policy, routes = fresh()
+    policy, routes, judging = fresh()
     routes.models["policy_model"] = policy.responses
     host = hosted_server(server, routes=routes)
 
@@ -178,7 +174,7 @@ async def replay_one(
     try:
         hosted = NemoGymAgent(agent, instance="survey_agent", routes=routes, resources_server=server)
         rollout = await hosted.run(row)
-        return {"agent": agent, "reward": float(rollout["reward"]), "live_judge_calls": live()}
+        return {"agent": agent, "reward": float(rollout["reward"]), "live_judge_calls": judging.calls}
     except Exception as e:
         return {"agent": agent, "reward": None, "error": f"{first}; {agent}: {type(e).__name__}: {e}"}
 

@@ -31,8 +31,9 @@ import aiohttp
 import orjson
 
 from gym_serve.errors import ModelError, ModelTimeoutError, ModelUnreachableError
+from gym_serve.wire.chat import chat_response_to_responses
 
-__all__ = ["HTTPEndpoint"]
+__all__ = ["HTTPEndpoint", "responses_over_chat"]
 
 _RETRY_AFTER_CAP_S = 60.0
 """The longest `Retry-After` honoured; a server asking for more gets this (the rollout's deadline still holds)."""
@@ -157,3 +158,12 @@ def _retry_after(value: str | None) -> float | None:
         except (TypeError, ValueError):
             return None
     return min(max(seconds, 0.0), _RETRY_AFTER_CAP_S)
+
+
+async def responses_over_chat(endpoint: HTTPEndpoint, chat: dict[str, Any]) -> dict[str, Any]:
+    """A Chat Completions request (one `gym_serve.wire.chat` made from a Responses request) answered as a
+    Responses object: how `kind: openai, api: chat` talks to a server."""
+    completion = await endpoint.post("/chat/completions", chat)
+    if not completion.get("choices"):
+        raise ModelError(f"{endpoint.base_url}/chat/completions: an answer without `choices`")
+    return chat_response_to_responses(completion)
