@@ -27,9 +27,9 @@ LIGHT = {"ray_actor_options": {"num_cpus": 0}}
 
 
 @contextmanager
-def tiny_engine_app(tiny_model: Path, *, max_model_len: int = 4096) -> Iterator[str]:
+def tiny_engine_app(tiny_model: Path, apps: dict[str, AppArgs], *, max_model_len: int = 4096) -> Iterator[str]:
     """Ray, Serve (HTTP on a free port) and the tiny model on the vLLM tier as the application `MODEL_APP`,
-    which harness applications name as their Model tier (`model: {kind: app, app: MODEL_APP}`)."""
+    then `apps`, each naming it as their Model tier (`model: {kind: app, app: MODEL_APP}`)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -47,8 +47,10 @@ def tiny_engine_app(tiny_model: Path, *, max_model_len: int = 4096) -> Iterator[
         },  # else a JSON answer never ends
     }
     model = {"kind": "vllm", "engine": engine, "default_max_output_tokens": 24, "deployment": LIGHT}
-    serve.run(build_app(AppArgs.model_validate({"model": model})), name=MODEL_APP, route_prefix=None)
     try:
+        serve.run(build_app(AppArgs.model_validate({"model": model})), name=MODEL_APP, route_prefix=None)
+        for name, args in apps.items():
+            serve.run(build_app(args), name=name, route_prefix=None)
         yield MODEL_APP
     finally:
         serve.shutdown()

