@@ -57,9 +57,10 @@ def build_app(args: AppArgs | dict[str, Any]) -> Application:
     if isinstance(args.environment, NemoGymEnvironmentArgs):  # a rollout's calls go to its session's replica
         env_options.setdefault("request_router_config", session_router_config())
         _with_server_packages(env_options, args.environment)
-    env = _bind(environment.EnvironmentDeployment, env_options, args.environment, model_app, _sandbox_tier(args))
+    sandboxes = _sandbox_tier(args)
+    env = _bind(environment.EnvironmentDeployment, env_options, args.environment, model_app, sandboxes)
     if isinstance(args.agent, HarnessAgentArgs):
-        return _harness_agent(args.agent, env, model, model_app)
+        return _harness_agent(args.agent, env, model, model_app, sandboxes)
     config = AgentConfig.model_validate(args.agent.model_dump(exclude={"deployment", "kind", "nemo_gym"}))
     agent_options = args.agent.deployment.serve_options(agent.DEFAULTS, BATCHED_TIER_AUTOSCALING)
     if args.agent.nemo_gym is not None:  # one of NeMo Gym's agents runs the episodes
@@ -69,13 +70,16 @@ def build_app(args: AppArgs | dict[str, Any]) -> Application:
 
 
 def _sandbox_tier(args: AppArgs) -> Application | None:
-    """The Sandbox tier: when the args have `sandbox:`, or the environment works in sandboxes (with the defaults).
+    """The Sandbox tier: when the args have `sandbox:`, or the environment or the harness agent works in
+    sandboxes (with the defaults).
 
     Every call of a sandbox goes to the replica that holds it (the session router, by the id's replica)."""
     sandbox_args = args.sandbox
     if sandbox_args is None and not isinstance(args.environment, NemoGymEnvironmentArgs) and args.environment:
         if getattr(load_environment_class(args.environment.name), "uses_sandboxes", False):
             sandbox_args = SandboxArgs()
+    if sandbox_args is None and isinstance(args.agent, HarnessAgentArgs) and args.agent.isolation == "sandbox":
+        sandbox_args = SandboxArgs()
     if sandbox_args is None:
         return None
     options = sandbox_args.deployment.serve_options(sandbox.DEFAULTS, SANDBOX_TIER_AUTOSCALING)
@@ -84,9 +88,14 @@ def _sandbox_tier(args: AppArgs) -> Application | None:
 
 
 def _harness_agent(
-    agent: HarnessAgentArgs, env: Application, model: Application | None, model_app: str | None
+    agent: HarnessAgentArgs,
+    env: Application,
+    model: Application | None,
+    model_app: str | None,
+    sandboxes: Application | None,
 ) -> Application:
-    """A harness agent's tiers: its Gateway (sessions, calling the Model tier) and its Agent (running harnesses)."""
+    """A harness agent's tiers: its Gateway (sessions, calling the Model tier) and its Agent (running harnesses,
+    in the Sandbox tier's sandboxes with `isolation: sandbox`)."""
     from gym_serve.deployments import harness_agent
     from gym_serve.deployments.gateway import deployment as gateway
 
@@ -97,7 +106,8 @@ def _harness_agent(
     )
     tiers = AgentConfig(tier_call_timeout_s=agent.tier_call_timeout_s, model_affinity=agent.model_affinity)
     options = agent.deployment.serve_options(harness_agent.DEFAULTS, BATCHED_TIER_AUTOSCALING)
-    return _bind(harness_agent.HarnessAgentDeployment, options, env, sessions, config, tiers, model_app)
+    sandboxes = sandboxes if config.isolation == "sandbox" else None
+    return _bind(harness_agent.HarnessAgentDeployment, options, env, sessions, config, tiers, model_app, sandboxes)
 
 
 def _model_tier(args: AppArgs) -> Application | None:

@@ -20,13 +20,16 @@ from gym_serve.calls.autoscaling import Load, counted
 from gym_serve.calls.batching import stream_batch
 from gym_serve.calls.gateway import GatewayHandle
 from gym_serve.calls.handles import EnvironmentHandle
+from gym_serve.calls.sandbox_workspaces import SandboxWorkspaces
+from gym_serve.calls.sandboxes import SandboxTierClient
 from gym_serve.deployments.agent import answer_row
 from gym_serve.environment.runner import EnvInfo
 from gym_serve.rollout.checkpoint import RUN
-from gym_serve.rollout.confined import Workspaces
+from gym_serve.rollout.confined import ConfinedWorkspaces
 from gym_serve.rollout.harness import run_harness_episode
 from gym_serve.rollout.harness_config import HarnessConfig
 from gym_serve.rollout.loop import AgentConfig, OnTurn
+from gym_serve.rollout.workspace import Workspaces
 
 __all__ = ["HarnessAgentDeployment"]
 
@@ -44,13 +47,20 @@ class HarnessAgentDeployment:
         config: HarnessConfig,
         tiers: AgentConfig,
         model_app: str | None = None,
+        sandboxes: DeploymentHandle | None = None,
     ) -> None:
         self.env = EnvironmentHandle(environment)
         self.gateway = GatewayHandle(gateway)
         self.config = config
         self.tiers = tiers
         self._policy_app = model_app or serve.get_replica_context().app_name
-        self.workspaces = Workspaces("process" if config.callable else config.isolation, config.limits)
+        self.workspaces: Workspaces
+        if sandboxes is not None:  # `isolation: sandbox`: each rollout's program runs in a sandbox of the tier
+            self.workspaces = SandboxWorkspaces(SandboxTierClient(sandboxes), config.sandbox)
+        else:
+            isolation = "process" if config.callable else config.isolation
+            assert isolation != "sandbox", "an `isolation: sandbox` harness is bound with its Sandbox tier"
+            self.workspaces = ConfinedWorkspaces(isolation, config.limits)
         self._env_info: EnvInfo | None = None
         self.load = Load()
 

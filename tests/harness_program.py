@@ -1,8 +1,10 @@
 """A harness program for the tests (standard library only): it calls its gateway session once, and on request
 misbehaves — leaves a daemon behind, prints its environment, writes its key to a file, or tries to reach other
-ports and routes. It prints one JSON line of what it saw; `--exit N` ends it with status N.
+ports and routes. It prints one JSON line of what it saw; `--write FILE TEXT` leaves an answer; `--exit N` ends
+it with status N.
 
-    python tests/harness_program.py [--daemon SECONDS] [--print-env] [--write-key FILE] [--probe HOST:PORT ...]
+    python tests/harness_program.py [--daemon SECONDS] [--print-env] [--write-key FILE] [--write FILE TEXT]
+                                    [--probe HOST:PORT ...]
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def main() -> None:
     parser.add_argument("--daemon", type=float)
     parser.add_argument("--print-env", action="store_true")
     parser.add_argument("--write-key")
+    parser.add_argument("--write", nargs=2, metavar=("FILE", "TEXT"))
     parser.add_argument("--probe", nargs="*", default=[])
     parser.add_argument("--exit", type=int, default=0)
     args = parser.parse_args()
@@ -63,6 +66,10 @@ def main() -> None:
     if args.write_key:
         with open(args.write_key, "w") as f:
             f.write(f"the key is {key}\n")
+    if args.write:
+        with open(args.write[0], "w") as f:
+            f.write(args.write[1])
+    seen["cwd"] = os.getcwd()
     print(json.dumps(seen))
     sys.exit(args.exit)
 

@@ -10,6 +10,8 @@ and by raw HTTP. Token capture on a real engine is `tests/test_harness_agents.py
   run, another model's name, non-text content), 429 with `Retry-After` (a session flooding its gateway), a
   confined program that reaches nothing but its own session, the session key in no rollout, log or served
   config;
+- the same program in a sandbox of the Sandbox tier (`isolation: sandbox`): it acts in its overlay workspace,
+  reaches only its session, and the reward is read from the file it left there;
 - harness failures (raises, exits non-zero, never calls the model, outlives its deadline) are masked failure
   rows of their own kinds through a file collection and `POST /v1/rollouts`, and nothing a harness started
   outlives its rollout.
@@ -66,6 +68,7 @@ APPS = {
     "sleepy": harness({"callable": "tests.harnesses:sleepy", "timeout_s": 2}),
     "exits": harness({"command": ["sh", "-c", "echo it went wrong >&2; exit 3"]}),
     "hangs": harness({"command": ["sh", "-c", "setsid sleep 617 & sleep 60"], "timeout_s": 3}),
+    "unbound": harness({"command": ["/opt/nowhere/harness"], "isolation": "sandbox"}),
 }
 
 
@@ -82,9 +85,17 @@ def cluster() -> Iterator[dict[str, Any]]:
     serve.run(build_app(AppArgs.model_validate({"model": model})), name="instant", route_prefix=None)
     gcs = ray.get_runtime_context().gcs_address
     probing = [*PROGRAM, "--daemon", "618", "--print-env", "--write-key", "leak.txt", "--probe"]
+    sandboxed = {
+        "command": ["python3", "/opt/harness/program.py", "--daemon", "619", "--print-env", "--write-key", "leak.txt",
+                    "--write", "answer.txt", "42", "--probe", f"127.0.0.1:{port}", gcs],
+        "task_via": "stdin",
+        "isolation": "sandbox",
+        "sandbox": {"binds": {"/opt/harness/program.py": str(REPO / "tests" / "harness_program.py")}},
+    }  # fmt: skip
     apps = {
         **APPS,
         "program": harness({"command": [*probing, f"127.0.0.1:{port}", gcs], "task_via": "stdin"}, FILE_TASK),
+        "sandboxed": harness(sandboxed, FILE_TASK),
     }
     for name, args in apps.items():
         serve.run(build_app(args), name=name, route_prefix=None)
@@ -276,6 +287,33 @@ async def test_a_confined_program_reaches_only_its_session_and_its_key_is_scrubb
     assert not KEY_PATTERN.search(served)
 
 
+async def test_a_program_in_a_sandbox_of_the_tier_acts_in_its_workspace_and_reaches_only_its_session(
+    cluster: dict[str, Any],
+) -> None:
+    """`isolation: sandbox`: the program runs in the Sandbox tier's sandbox (system Python, its file bound in)."""
+    row = {**json.loads((REPO / "examples" / "data" / "file_task.jsonl").read_text().splitlines()[0])}
+    rollout = await serve.get_app_handle("sandboxed").run.remote({**row, "_ng_task_index": 0, "_ng_rollout_index": 0})
+    harness = rollout["response"]["harness"]
+    assert harness["info"]["isolation"] == "sandbox" and harness["workspace"] == "/workspace"
+    assert rollout["reward"] == 1.0 and harness["files"]["answer.txt"] == "42", "scored from the sandbox's file"
+    seen = json.loads(harness["stdout"].strip().splitlines()[-1])
+    assert seen["call"] == 200 and seen["no_key"] == 401 and seen["cwd"] == "/workspace"
+    assert set(seen["probes"].values()) <= {"ECONNREFUSED", "ENETUNREACH"}, seen["probes"]
+    assert set(seen["other_routes"].values()) == {404}, seen["other_routes"]
+    assert (
+        "HOME=/workspace" in harness["stdout"]
+        and "OPENAI_BASE_URL=http://127.0.0.1:41111/sessions/" in harness["stdout"]
+    )
+    assert "RAY_" not in harness["stdout"], "nothing of the replica's environment reaches the sandbox"
+    assert (
+        not KEY_PATTERN.search(json.dumps(rollout))
+        and "the key is [gateway session key]" in harness["files"]["leak.txt"]
+    )
+    assert not _running("sleep 619"), "the daemon it left was ended with its sandbox"
+    sandboxes = serve.get_deployment_handle("Sandbox", app_name="sandboxed")
+    assert (await sandboxes.stats.remote())["live"] == 0, "the rollout's sandbox was destroyed"
+
+
 # ---- failures, through the front doors ----------------------------------------------------------------------
 
 
@@ -285,6 +323,7 @@ FAILED = {
     "idle": ("harness_no_model_calls", "without calling the model"),
     "sleepy": ("harness_timeout", "did not finish within 2 s"),
     "hangs": ("harness_timeout", "was still running at its deadline of 3 s; it was killed"),
+    "unbound": ("harness_error", "the harness program is not in its sandbox: cannot run `/opt/nowhere/harness`"),
 }
 
 

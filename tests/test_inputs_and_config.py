@@ -295,3 +295,23 @@ def test_tool_schemas_are_judged_per_row_when_rows_repeat_them(tmp_path: Path) -
     assert [row["responses_create_params"]["tools"][0]["parameters"] for row in good] == [TOOL["parameters"]]
     assert [line for line, _ in bad] == [1, 3, 4]
     assert all("not a valid JSON Schema at $.properties.c.type" in message for _, message in bad)
+
+
+@pytest.mark.parametrize(
+    ("agent", "key", "message"),
+    [
+        ("{kind: harness, callable: 'tests.harnesses:idle', isolation: sandbox}", "agent", "runs a program"),
+        ("{kind: harness, command: [x], isolation: sandbox, sandbox: {binds: {bin: /usr/bin}}}", "agent.sandbox",
+         "`bin` must be an absolute path"),
+        ("{kind: harness, command: [x], isolation: sandbox, sandbox: {limits: {memroy_mb: 5}}}", "agent.sandbox",
+         "memroy_mb"),
+        ("{kind: harness, command: [x], isolation: jail}", "agent.isolation", "'sandbox'"),
+    ],
+)  # fmt: skip
+def test_a_harness_sandbox_config_that_cannot_run_names_its_key(
+    tmp_path: Path, agent: str, key: str, message: str
+) -> None:
+    path = write_config(tmp_path, APP % "examples.file_task_env:FileTaskEnv" + f"    agent: {agent}\n")
+    with pytest.raises(ConfigError) as info:
+        load_serve_config(path)
+    assert f"applications[weather].args.{key}" in str(info.value) and message in str(info.value), info.value

@@ -62,11 +62,13 @@ class GatewayDeployment:
         port = tcp._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # bound to port 0: ask which
         host = options.host if options.host not in ("0.0.0.0", "::") else _node_address()
         self.base_url = f"http://{host}:{port}"
-        SOCKETS.mkdir(mode=0o700, parents=True, exist_ok=True)
+        SOCKETS.mkdir(parents=True, exist_ok=True)
+        os.chmod(SOCKETS, 0o711)  # not listed; reached by its path, as a sandbox's user (`nobody`) binds it in
         self.socket = str(SOCKETS / f"{self.replica}.sock")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket)
         await web.UnixSite(self.runner, self.socket).start()
+        os.chmod(self.socket, 0o666)  # what guards a session is its key, as on the TCP port
         self._reaping = asyncio.ensure_future(self._reap())
 
     async def open_session(self, spec: SessionSpec) -> SessionAddress:

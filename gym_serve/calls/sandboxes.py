@@ -27,6 +27,7 @@ from gym_serve.sandbox import (
     FileEntry,
     Limits,
     ProcessState,
+    SandboxError,
     SandboxGone,
 )
 
@@ -93,6 +94,9 @@ class SandboxTierClient:
         except Exception as e:
             if failure_kind(e) is FailureKind.KILL_SHAPED:
                 raise SandboxGone(f"the Sandbox replica holding `{name}` died under `{method}`: {e}") from e
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, SandboxError):  # the provider's own error, without Ray's wrapper and traceback text
+                raise cause from None
             raise
 
     async def create(

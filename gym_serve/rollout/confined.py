@@ -1,14 +1,16 @@
 """Harness programs as confined subprocesses: a private workspace, and `exec` in it. The sandbox until there is one.
 
-`Workspaces.open(gateway)` gives a `Workspace`: a folder of the rollout's own (mode 0700, removed by
-`close`), the base URL through which a program there reaches its gateway session, and `exec`. The two are
-the whole interface a harness agent uses (`gym_serve.rollout.harness`), so a sandbox tier can take this
-module's place without the gateway or the episode changing.
+`ConfinedWorkspaces.open(address)` gives a `ConfinedWorkspace`: a folder of the rollout's own (mode 0700,
+removed by `close`), the base URL through which a program there reaches its gateway session, and `exec`:
+the `gym_serve.rollout.workspace` interface a harness episode uses, which a Sandbox-tier workspace
+(`gym_serve.calls.sandbox_workspaces`) implements too.
 
 What `exec` gives a program (`_confine_launcher.py` sets it up):
 
-- a session and process group of its own, an environment of exactly the variables it is given (no
-  inherited secrets), rlimits, its workspace as working folder and `HOME`, standard streams kept up to a cap;
+- a session and process group of its own, an environment of exactly the variables it is given over the
+  workspace's own (`PATH`: gym-serve's environment's `bin` first, then the replica's; `HOME` and `TMPDIR`:
+  the workspace; no inherited secrets), rlimits, its workspace as working folder, standard streams kept up to
+  a cap;
 - in `namespaces` isolation: new network, mount and PID namespaces. Its network has only loopback, where its
   gateway session is relayed to the gateway replica's Unix socket: no other port of this machine or the
   cluster, no other address, is reachable. Ray's session folder (its sockets) and `/dev/shm` are empty
@@ -37,9 +39,12 @@ from typing import Literal
 
 import orjson
 
+from gym_serve.errors import HarnessError
+from gym_serve.rollout.gateway_session import SessionAddress
 from gym_serve.rollout.harness_config import Limits
+from gym_serve.rollout.workspace import ExecResult
 
-__all__ = ["ExecResult", "Workspace", "Workspaces", "namespaces_available"]
+__all__ = ["ConfinedWorkspace", "ConfinedWorkspaces", "namespaces_available"]
 
 LAUNCHER = Path(__file__).with_name("_confine_launcher.py")
 FORWARD_PORT = 41_111
@@ -47,17 +52,6 @@ FORWARD_PORT = 41_111
 WORKSPACES = Path(tempfile.gettempdir()) / "gym-serve-harness"
 Isolation = Literal["namespaces", "process"]
 _DRAIN_S = 5.0
-
-
-@dataclass
-class ExecResult:
-    """How a program ended, and what it wrote (each stream cut to the cap, its last bytes kept)."""
-
-    exit_status: int | None
-    stdout: str
-    stderr: str
-    truncated: bool
-    timed_out: bool
 
 
 @functools.cache
@@ -95,7 +89,7 @@ def _hidden() -> list[str]:
 
 
 @dataclass
-class Workspace:
+class ConfinedWorkspace:
     """One rollout's folder, and how its programs reach the gateway; see the module docstring."""
 
     path: Path
@@ -109,8 +103,11 @@ class Workspace:
     async def exec(
         self, argv: list[str], env: dict[str, str], *, stdin: bytes | None, timeout_s: float, max_output_bytes: int
     ) -> ExecResult:
-        """Run `argv` here, confined, with exactly `env`; kill it (and all it started) at `timeout_s`."""
+        """Run `argv` here, confined, with `env` over the workspace's own; kill it (and all it started) at
+        `timeout_s`."""
         namespaces = self.isolation == "namespaces"
+        env = {"PATH": _search_path(), "HOME": str(self.path), "TMPDIR": str(self.path), **env}
+        argv = [_program(argv[0]), *argv[1:]]
         spec = _spec(argv, env, str(self.path), self.limits, namespaces=namespaces, forward=self.socket)
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-I", str(LAUNCHER), spec,
@@ -140,7 +137,10 @@ class Workspace:
             timed_out=timed_out,
         )
 
-    def snapshot(self, max_files: int, max_bytes: int) -> dict[str, str]:
+    async def write_text(self, name: str, text: str) -> None:
+        (self.path / name).write_text(text)
+
+    async def snapshot(self, max_files: int, max_bytes: int) -> dict[str, str]:
         """The workspace's regular files as text (links never followed: nothing outside the folder is read)."""
         files: dict[str, str] = {}
         total = 0
@@ -164,22 +164,23 @@ class Workspace:
                 files[str(path.relative_to(self.path))] = data.decode(errors="replace")
         return files
 
-    def close(self) -> None:
+    async def close(self) -> None:
         """Kill anything still running here and remove the folder."""
         for process in list(self._running):
             _kill(process)
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-class Workspaces:
+class ConfinedWorkspaces:
     """Opens confined workspaces with the isolation asked for (`auto`: namespaces where the kernel allows)."""
 
     def __init__(self, isolation: Literal["auto", "namespaces", "process"] = "auto", limits: Limits | None = None):
         self.isolation = isolation
         self.limits = limits or Limits()
 
-    def open(self, gateway_url: str, socket: str | None) -> Workspace:
-        """A new workspace whose programs reach the gateway at `gateway_url` (TCP) or its Unix `socket`."""
+    async def open(self, address: SessionAddress) -> ConfinedWorkspace:
+        """A new workspace whose programs reach the session's gateway replica over TCP or its Unix socket."""
+        gateway_url, socket = address.base_url, address.socket
         WORKSPACES.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = Path(tempfile.mkdtemp(prefix="rollout-", dir=WORKSPACES))
         reachable = socket is not None and Path(socket).exists()
@@ -192,8 +193,23 @@ class Workspaces:
                     f"the gateway's Unix socket {socket} is not on this node: `isolation: namespaces` needs the "
                     "Gateway replica on the Agent replica's node (or use `process`)"
                 )
-            return Workspace(path, "namespaces", f"http://127.0.0.1:{FORWARD_PORT}", self.limits, socket)
-        return Workspace(path, "process", gateway_url, self.limits)
+            return ConfinedWorkspace(path, "namespaces", f"http://127.0.0.1:{FORWARD_PORT}", self.limits, socket)
+        return ConfinedWorkspace(path, "process", gateway_url, self.limits)
+
+
+def _search_path() -> str:
+    """Programs installed beside gym-serve (its environment's `bin`) first, then the replica's own PATH."""
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
+
+
+def _program(name: str) -> str:
+    """A program named without a folder, found as the harness's PATH finds it (a missing one is named)."""
+    if os.sep in name:
+        return name
+    found = shutil.which(name, path=_search_path())
+    if found is None:
+        raise HarnessError(f"the harness program `{name}` is not installed here (searched {_search_path()})")
+    return found
 
 
 class _Tail:

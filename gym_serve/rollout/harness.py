@@ -2,8 +2,9 @@
 
     seed → open session → harness(task, endpoint, workspace) → close session → verify(row, response, state)
 
-The harness is an async Python callable run here (`callable:`), or a program run as a confined subprocess
-in the rollout's workspace (`command:`, `gym_serve.rollout.confined`) with the session's endpoint, key and
+The harness is an async Python callable run here (`callable:`), or a program run in the rollout's
+workspace (`command:`; a confined subprocess, `gym_serve.rollout.confined`, or a sandbox of the Sandbox
+tier, `isolation: sandbox`; both `gym_serve.rollout.workspace`) with the session's endpoint, key and
 model name in `OPENAI_BASE_URL` / `OPENAI_API_KEY`, `ANTHROPIC_BASE_URL` / `ANTHROPIC_API_KEY` and
 `GYM_SERVE_MODEL`, and its task as an argument, on stdin or in a file.
 
@@ -22,8 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import os
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -44,10 +43,10 @@ from gym_serve.errors import (
     RolloutError,
     VerifyError,
 )
-from gym_serve.rollout.confined import Workspace, Workspaces
 from gym_serve.rollout.gateway_session import GatewayClient, SessionAddress, SessionRecord, SessionSpec
 from gym_serve.rollout.harness_config import HarnessConfig
 from gym_serve.rollout.loop import AgentConfig, EnvClient, call_tier, session_id
+from gym_serve.rollout.workspace import Workspace, Workspaces
 from gym_serve.wire.harness import HarnessResult
 from gym_serve.wire.pieces import input_items, usage
 from gym_serve.wire.tokens import policy_version_range
@@ -126,7 +125,11 @@ async def run_harness_episode(
         affinity=session_id(row),
     )
     address = await call_tier("gateway `open`", gateway.open(spec), ModelError, tiers)
-    workspace = workspaces.open(address.base_url, address.socket)
+    try:
+        workspace = await workspaces.open(address)
+    except BaseException:
+        await _close(gateway, address, tiers)
+        raise
     try:
         ran = time.perf_counter()
         result, failure = None, None
@@ -143,7 +146,8 @@ async def run_harness_episode(
             update={
                 "reply": result.reply or record.reply,
                 "workspace": str(workspace.path),
-                "files": result.files or workspace.snapshot(config.snapshot_max_files, config.snapshot_max_bytes),
+                "files": result.files
+                or await workspace.snapshot(config.snapshot_max_files, config.snapshot_max_bytes),
                 "info": {**result.info, "isolation": "in_process" if config.callable else workspace.isolation},
             }
         )
@@ -152,7 +156,7 @@ async def run_harness_episode(
         verdict = await call_tier("environment `verify`", env.verify(row, response, state), VerifyError, tiers)
         verify_s = time.perf_counter() - t0
     finally:
-        workspace.close()
+        await workspace.close()
     output = record.output
     versions = policy_version_range(output)
     truncated = response["status"] == "incomplete"
@@ -261,13 +265,9 @@ async def _run_program(
     }
     delivery = config.delivery
     if delivery == "file":
-        task_file.write_text(task.prompt)
+        await workspace.write_text(config.task_file, task.prompt)
     argv = [_filled(arg, places) for arg in config.command]
-    argv[0] = _program(argv[0])
     env = {
-        "PATH": _search_path(),
-        "HOME": str(workspace.path),
-        "TMPDIR": str(workspace.path),
         "LANG": "C.UTF-8",
         "TERM": "dumb",
         "NO_COLOR": "1",
@@ -301,23 +301,6 @@ def _filled(text: str, places: dict[str, str]) -> str:
     for placeholder, value in places.items():
         text = text.replace(placeholder, value)
     return text
-
-
-def _search_path() -> str:
-    """Programs installed beside gym-serve (its environment's `bin`) first, then the replica's own PATH."""
-    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
-
-
-def _program(name: str) -> str:
-    """A program named without a folder, found as the harness's PATH finds it (a missing one is named)."""
-    if os.sep in name:
-        return name
-    import shutil
-
-    found = shutil.which(name, path=_search_path())
-    if found is None:
-        raise HarnessError(f"the harness program `{name}` is not installed here (searched {_search_path()})")
-    return found
 
 
 def _tail(text: str, limit: int = 600) -> str:

@@ -2,7 +2,8 @@
 
 A harness agent runs an agent that brings its own loop: an async Python callable (`callable:
 "module:function"`, run in the Agent replica) or a program (`command: [...]`, run as a confined subprocess,
-`gym_serve.rollout.confined`). Either gets a gateway session (an OpenAI- and Anthropic-compatible endpoint
+`gym_serve.rollout.confined`, or with `isolation: sandbox` in a sandbox of the application's Sandbox tier,
+`HarnessSandbox`). Either gets a gateway session (an OpenAI- and Anthropic-compatible endpoint
 whose every call is recorded, `gym_serve.rollout.capture`) and a private workspace, and runs under
 `timeout_s`; the environment then verifies what it left (`gym_serve.wire.harness.HarnessResult`).
 
@@ -17,7 +18,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["GatewayOptions", "HarnessConfig", "Limits", "SamplingBounds", "bounded_request"]
+from gym_serve.sandbox import Limits as SandboxLimits
+
+__all__ = ["GatewayOptions", "HarnessConfig", "HarnessSandbox", "Limits", "SamplingBounds", "bounded_request"]
 
 PLACEHOLDERS = ("{task}", "{task_file}", "{workspace}", "{model}", "{openai_base_url}", "{anthropic_base_url}")
 """What a command's arguments and `env` values may name; each is replaced per rollout (the key never is: it
@@ -104,6 +107,44 @@ class Limits(BaseModel):
     )
 
 
+class HarnessSandbox(BaseModel):
+    """The workspace a program gets with `isolation: sandbox`: a sandbox of the application's Sandbox tier.
+
+    Its view is the sandbox's (`gym_serve.sandbox`: the system's folders read-only, nothing else of the host),
+    its workspace `/workspace` an overlay over `base`; what the program needs beyond the system's folders (its
+    installation, a runtime) is bound in read-only by `binds`. Its network is its own loopback, where its gateway
+    session is relayed; its limits are the Sandbox tier's unless `limits` names others.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    base: str | None = Field(
+        default=None, description="A host folder the workspace starts from (read-only under it). None: empty."
+    )
+    binds: dict[str, str] = Field(
+        default_factory=dict,
+        description="Further host paths, read-only in the sandbox: `{path inside: host path}` (the harness's "
+        "installation). The sandbox's user (`nobody` when the Sandbox replica runs as root) must be able to read "
+        "them.",
+    )
+    limits: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The sandbox's limits (`gym_serve.sandbox.Limits`: memory_mb, max_processes, disk_mb, cpus, "
+        "...); unset ones are the Sandbox tier's defaults.",
+    )
+
+    @model_validator(mode="after")
+    def _valid(self) -> HarnessSandbox:
+        for inside in self.binds:
+            if not inside.startswith("/") or inside.startswith(("/workspace", "/tmp", "/proc", "/dev")):
+                raise ValueError(f"`binds`: `{inside}` must be an absolute path outside /workspace, /tmp, /proc, /dev")
+        try:
+            SandboxLimits(**self.limits)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"`limits`: {e}") from None
+        return self
+
+
 class GatewayOptions(BaseModel):
     """The gateway's bounds on one session (each a clear error in the API's own shape when crossed)."""
 
@@ -148,13 +189,17 @@ class HarnessConfig(BaseModel):
     model_name: str = Field(default="policy", description="The model name the harness is told, and must send.")
     timeout_s: float = Field(default=600.0, gt=0, description="The harness's deadline; past it, killed.")
     max_output_bytes: int = Field(default=64 << 10, ge=1024, description="A program's stdout and stderr, each.")
-    isolation: Literal["auto", "namespaces", "process"] = Field(
+    isolation: Literal["auto", "namespaces", "process", "sandbox"] = Field(
         default="auto",
         description="`namespaces`: its own network (only its session reachable), PID and mount namespaces, so "
         "nothing it starts survives it; `process`: its own session and process group only; `auto`: namespaces "
-        "where the kernel allows them, else process.",
+        "where the kernel allows them, else process; `sandbox`: a sandbox of the application's Sandbox tier "
+        "(`sandbox:`; its overlay workspace, kernel walls and cgroup limits), made from `sandbox`.",
     )
-    limits: Limits = Field(default_factory=Limits)
+    limits: Limits = Field(default_factory=Limits, description="rlimits of a confined subprocess (not `sandbox`).")
+    sandbox: HarnessSandbox = Field(
+        default_factory=HarnessSandbox, description="The workspace of `isolation: sandbox`: its base, binds, limits."
+    )
     snapshot_max_files: int = Field(default=256, ge=0, description="Workspace files `verify` gets as text.")
     snapshot_max_bytes: int = Field(default=1 << 20, ge=0, description="Their total size.")
     sampling: SamplingBounds = Field(default_factory=SamplingBounds)
@@ -168,6 +213,8 @@ class HarnessConfig(BaseModel):
             raise ValueError(f"`callable` is `module:function`, got {self.callable!r}")
         if self.command is not None and not self.command:
             raise ValueError("`command` names a program")
+        if self.callable is not None and self.isolation == "sandbox":
+            raise ValueError("`isolation: sandbox` runs a program (`command`); a `callable` runs in the Agent replica")
         return self
 
     @property
