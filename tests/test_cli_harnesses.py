@@ -14,7 +14,9 @@ Model tier (this module's one engine), and one addition, the answers the untrain
 Each rollout is a normal row scored 1.0 by the file task's `verify` (the file the harness's tool wrote in its
 workspace), every call captured token-exact (`tests.harness_tier.token_checks`: tokens present, segments
 contiguous, log-probs equal to a float32 recompute under the same constraint), the program ran in its own
-namespaces, and the session key appears nowhere in the row.
+namespaces, and the session key appears nowhere in the row. Claude Code runs a second time in a sandbox of
+the Sandbox tier (`isolation: sandbox`): its one native program bound in read-only, its Bash tool acting in
+the sandbox's overlay `/workspace`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -73,15 +77,40 @@ def shipped(name: str, *, env_vars: dict[str, str] | None = None) -> AppArgs:
     return AppArgs.model_validate({**args, "model": {"kind": "app", "app": MODEL_APP}})
 
 
+def sandboxed(args: AppArgs, program: Path) -> AppArgs:
+    """`args` with its harness program run in a sandbox of the Sandbox tier, `program` bound in for it."""
+    agent = args.agent.model_dump(exclude_unset=True)
+    agent["command"] = ["/opt/harness/program", *agent["command"][1:]]
+    agent["isolation"] = "sandbox"
+    # a 400 MB native program: more memory and CPU time than a workspace's defaults
+    limits = {"memory_mb": 4096, "cpu_s": 600, "max_processes": 256}
+    agent["sandbox"] = {"binds": {"/opt/harness/program": str(program)}, "limits": limits}
+    return AppArgs.model_validate({**args.model_dump(exclude_unset=True), "agent": agent})
+
+
+def readable_by_the_sandbox(program: Path, folder: Path) -> Path:
+    """`program` where the sandbox's user (`nobody`, as root) can reach it: the build's cache may be under /root."""
+    folder.chmod(0o755)
+    target = folder / program.name
+    try:
+        os.link(program, target)
+    except OSError:  # another filesystem
+        shutil.copy2(program, target)
+    return target
+
+
 @pytest.fixture(scope="module")
 def served(tiny_model: Path) -> Iterator[Path]:
     claude = Path(harness_env("claude_code")) / "node_modules" / ".bin"
-    apps = {
-        "claude_code": shipped("claude_code", env_vars={"PATH": f"{claude}{os.pathsep}{os.environ['PATH']}"}),
-        "mini_swe_agent": shipped("mini_swe_agent"),
-    }
-    with tiny_engine_app(tiny_model, apps, max_model_len=32768):
-        yield tiny_model
+    with tempfile.TemporaryDirectory() as scratch:
+        program = readable_by_the_sandbox((claude / "claude").resolve(), Path(scratch))
+        apps = {
+            "claude_code": shipped("claude_code", env_vars={"PATH": f"{claude}{os.pathsep}{os.environ['PATH']}"}),
+            "claude_code_sandboxed": sandboxed(shipped("claude_code"), program),
+            "mini_swe_agent": shipped("mini_swe_agent"),
+        }
+        with tiny_engine_app(tiny_model, apps, max_model_len=32768):
+            yield tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -93,21 +122,22 @@ async def rollout_of(app: str) -> dict[str, Any]:
     return await serve.get_app_handle(app).run.remote({**TASK, "_ng_task_index": 0, "_ng_rollout_index": 0})
 
 
-def common_checks(rollout: dict[str, Any], recompute: Recompute) -> dict[str, Any]:
+def common_checks(rollout: dict[str, Any], recompute: Recompute, isolation: str = "namespaces") -> dict[str, Any]:
     """A normal row: token-exact, the file the harness's tool wrote scored, confined, the key nowhere."""
     numbers = token_checks(rollout, recompute)
     harness = rollout["response"]["harness"]
-    assert harness["exit_status"] == 0 and harness["info"]["isolation"] == "namespaces"
+    assert harness["exit_status"] == 0 and harness["info"]["isolation"] == isolation, harness["stderr"][-2000:]
     assert harness["files"][TASK["file"]].strip() == TASK["expected"] and rollout["reward"] == 1.0
     assert not KEY_PATTERN.search(json.dumps(rollout)), "the session key appears nowhere in the rollout"
     return numbers
 
 
+@pytest.mark.parametrize("app", ["claude_code", "claude_code_sandboxed"])
 async def test_claude_code_acts_on_anthropic_messages_streamed_and_is_captured_token_exact(
-    served: Path, recompute: Recompute
+    app: str, served: Path, recompute: Recompute
 ) -> None:
-    rollout = await rollout_of("claude_code")
-    numbers = common_checks(rollout, recompute)
+    rollout = await rollout_of(app)
+    numbers = common_checks(rollout, recompute, "sandbox" if app.endswith("sandboxed") else "namespaces")
     calls = [call for call, _ in calls_of(rollout)]
     assert {(call["api"], call["stream"]) for call in calls} == {("anthropic", True)}
     assert numbers["calls"] == 2 and numbers["segments"] == 1, "the tool result extends the first call"
