@@ -8,10 +8,13 @@ message where a step failed.
 
     python scripts/nemo_gym_survey.py [--servers NAME ...] [--out deployments/nemo_gym/SURVEY.md] [--timeout 180]
         [--jobs 2] [--judge-url URL --judge-model NAME] [--results FILE.json]
+    python scripts/nemo_gym_survey.py --render-only --results FILE.json [--out ...]   # the table again, nothing run
 
 A judge-backed server whose judge calls NeMo Gym did not record runs with a live judge where `--judge-url` names
 an OpenAI-compatible server (e.g. `vllm serve` of the tiny model): such a recording *ran end to end*, its reward
 not compared. `--results` keeps every server's result as JSON, so a run of some `--servers` updates the table.
+Each server that does not pass gets one `reason` (`REASONS`): issue 31's fixed list first, a few named others
+where none of those fits.
 
 What is proven (with the known exceptions explained) is `tests/test_nemo_gym_servers.py`; this is the
 survey behind the list of servers there and the README's "not supported" list.
@@ -27,6 +30,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -59,10 +63,10 @@ def survey_one(server: str) -> dict[str, Any]:
         hosted_server(server)  # builds once here, so a server that cannot start says so as such
     except Exception as e:  # a package it imports only when it starts is still a missing dependency
         stage = "dependencies" if "is not installed here" in str(e) else "build"
-        return {**result, "stage": stage, "error": f"{type(e).__name__}: {e}"}
+        return {**result, "stage": stage, "error": f"{type(e).__name__}: {e}", "where": server_line(e)}
 
     async def replay_all() -> dict[str, Any]:
-        agree, live, problems, agents = 0, 0, [], set()
+        agree, live, problems, agents, where = 0, 0, [], set(), None
         url = os.environ.get("SURVEY_JUDGE_URL")
         judge = HTTPEndpoint(url, timeout_s=300, max_retries=1) if url else None
         with tempfile.TemporaryDirectory() as tmp:
@@ -76,10 +80,11 @@ def survey_one(server: str) -> dict[str, Any]:
                 elif outcome["reward"] is not None:
                     problems.append(f"#{i}: reward {outcome['reward']}, recorded {recorded.get('reward')}")
                 else:
+                    where = where if problems else outcome.get("where")  # the line that goes with the first problem
                     problems.append(f"#{i}: {outcome['error']}")
         if judge is not None:
             await judge.close()
-        return {"agree": agree, "live": live, "problems": problems, "agents": sorted(agents)}
+        return {"agree": agree, "live": live, "problems": problems, "agents": sorted(agents), "where": where}
 
     done = asyncio.run(replay_all())
     if any("ModuleNotFoundError: No module named" in problem for problem in done["problems"]):
@@ -96,7 +101,22 @@ def survey_one(server: str) -> dict[str, Any]:
         "agents": done["agents"],
         "judged": judged,
         "error": "; ".join(done["problems"]),
+        "where": done["where"],
     }
+
+
+def server_line(error: BaseException) -> str | None:
+    """`resources_servers/<server>/<file>.py:<line>`: the innermost frame of NeMo Gym's server code on the error's
+    chain (gym-serve re-raises a server's error `from` it), so a bug in the server is named by its line."""
+    where, seen = None, set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        for frame in traceback.extract_tb(current.__traceback__):
+            if "/resources_servers/" in frame.filename:
+                where = f"resources_servers/{frame.filename.split('/resources_servers/', 1)[1]}:{frame.lineno}"
+        current = current.__cause__ or current.__context__
+    return where
 
 
 class LiveJudge:
@@ -161,7 +181,7 @@ async def replay_one(
     except Exception as e:
         first = f"{type(e).__name__}: {e}"
         if failure_kind(e) is not FailureKind.REPLAY_MISS:
-            return {"agent": "gym-serve", "reward": None, "error": first}
+            return {"agent": "gym-serve", "reward": None, "error": first, "where": server_line(e)}
     agent = catalog.agent_of(str((recorded.get("agent_ref") or {}).get("name") or "")) or "simple_agent"
     policy, routes, judging = fresh()
     routes.models["policy_model"] = policy.responses
@@ -176,7 +196,8 @@ async def replay_one(
         rollout = await hosted.run(row)
         return {"agent": agent, "reward": float(rollout["reward"]), "live_judge_calls": judging.calls}
     except Exception as e:
-        return {"agent": agent, "reward": None, "error": f"{first}; {agent}: {type(e).__name__}: {e}"}
+        error = f"{first}; {agent}: {type(e).__name__}: {e}"
+        return {"agent": agent, "reward": None, "error": error, "where": server_line(e)}
 
 
 def run_isolated(server: str, timeout_s: float) -> dict[str, Any]:
@@ -220,9 +241,168 @@ def in_own_environment(server: str, timeout_s: float) -> dict[str, Any]:
         return {"server": server, "stage": "dependencies", "error": f"in its own environment: {type(e).__name__}: {e}"}
 
 
+PASSING = ("replays", "end to end")
+"""The stages the survey counts as a server that runs: every recording agrees, or ran end to end."""
+
+NETWORK = "needs network or a data download at start"
+GPU = "needs a GPU"
+SANDBOX = "needs a container image or a remote sandbox"
+UNREGISTERED = "a package that is not on the registries"
+SERVER_BUG = "a bug in the server itself"
+ISSUE_REASONS = (NETWORK, GPU, SANDBOX, UNREGISTERED, SERVER_BUG)
+"""Issue 31's fixed list of why a server does not pass."""
+
+OTHER_AGENT = "recordings of an agent that does not run here"
+UNSEEDED = "observations random and unseeded"
+LOST_TASK = "recording's task not in example.jsonl"
+NO_RECORDINGS = "no usable recordings"
+LIBRARY = "not a server"
+HOST_GAP = "a gap in gym-serve's host"
+OLD_RECORDING = "recorded by an older NeMo Gym"
+LOADED_CPU = "a time limit the loaded CPU misses"
+UNEXPLAINED = "not yet explained"
+FURTHER_REASONS = {
+    OTHER_AGENT: "NeMo Gym recorded them with an agent that is not among its agents, or that fails or misses hosted",
+    UNSEEDED: "each session draws its own observations, so no recording can be played again",
+    LOST_TASK: "the recording's prompt is in no `example.jsonl` row, so task fields verify needs (or a seed) are lost",
+    NO_RECORDINGS: "placeholder rows, or task rows that are not rollouts",
+    LIBRARY: "a folder of `resources_servers/` that other servers import",
+    HOST_GAP: "what gym-serve's host or this survey does not do yet: ours to close",
+    OLD_RECORDING: "NeMo Gym 0.7.0 itself scores the recording otherwise",
+    LOADED_CPU: "a check's own time limit, missed on a loaded CPU",
+    UNEXPLAINED: "a replay miss or a reward nobody has traced yet",
+}
+"""Where none of the issue's five fits: each named for what it is, and what it means (the table's legend)."""
+
+REASONS = ISSUE_REASONS + tuple(FURTHER_REASONS)
+
+
+def _url_packages(found: re.Match[str], result: dict[str, Any]) -> str:
+    """The names of the requirements the dependency check refused as URLs (`name @ git+...`, a bare git URL or a
+    wheel's URL), each as its project is called."""
+    names = []
+    for line in re.findall(r"`([^`]+)`: a URL, not a package on the registries", str(result.get("error"))):
+        if " @ " in line:
+            names.append(line.split(" @ ")[0].strip())
+        else:
+            last = re.sub(r"(\.git)?(@[^/]*)?$", "", line.rstrip("/").rsplit("/", 1)[-1])
+            names.append(last.split("-")[0] if last.endswith(".whl") else last)
+    return f"{UNREGISTERED}: " + ", ".join(f"`{name}` (a URL)" for name in names)
+
+
+def _bug_line(found: re.Match[str], result: dict[str, Any]) -> str:
+    where = result.get("where") or "line not kept (the result has no traceback)"
+    return f"{SERVER_BUG}: `{where}` passes `{found[1]}` twice"
+
+
+SANDBOX_FIELDS = "workdir|image_ref|repo|docker_image|instance"
+"""A task field that names the container image, repository or sandbox a task runs in."""
+
+RULES: list[tuple[str, Any]] = [
+    # (a pattern on the first problem, the reason: a string, or a function of the match and the result), in order
+    (r"not a recorded rollout|not valid JSON|KeyError: 'responses_create_params'", NO_RECORDINGS),
+    (r"a URL, not a package on the registries", _url_packages),
+    (r"got multiple values for keyword argument '(\w+)'", _bug_line),
+    (rf'"loc":\["body","({SANDBOX_FIELDS})"\]', lambda m, r: f"{SANDBOX}: the task's `{m[1]}`"),
+    (r"Sandbox provider reference|module `docker`", lambda m, r: f"{SANDBOX}: {m[0]}"),
+    (r"CUDA|NVIDIA driver|no GPU|GPUs? (?:is|are) not available", lambda m, r: f"{GPU}: {m[0]}"),
+    (r"LocalEntryNotFoundError|Hugging Face dataset", lambda m, r: f"{NETWORK}: the Hugging Face Hub"),
+    (r"git clone|'git', 'clone'", lambda m, r: f"{NETWORK}: `git clone`"),
+    (r"NLTK Downloader", lambda m, r: f"{NETWORK}: NLTK data"),
+    (
+        r"URLError|Name or service not known|NameResolutionError|ENOTFOUND|Couldn't reach",
+        lambda m, r: f"{NETWORK}: a host it cannot reach ({m[0]})",
+    ),
+    (r"cannot tell which class is the server", lambda m, r: f"{LIBRARY}: a library other servers import"),
+    (r"\$(?:\{|%7B)([\w.]+)", lambda m, r: f"{HOST_GAP}: `${{{m[1]}...}}` in its config is not resolved"),
+    (r"Missing key (\w+)", lambda m, r: f"{HOST_GAP}: model reference `{m[1]}` not mapped"),
+    (r"ResolutionImpossible", lambda m, r: f"{HOST_GAP}: its requirements conflict with gym-serve's own packages"),
+    (r"is not installed here", lambda m, r: f"{HOST_GAP}: its packages are not installed (`SURVEY_RUNTIME_ENV=1`)"),
+    (r'"loc":\["body","(\w+)"\]', lambda m, r: f"{LOST_TASK}: its `{m[1]}` is lost"),
+    (r"unknown NeMo Gym agent `([^`]+/[^`]+)`", lambda m, r: f"{HOST_GAP}: agent `{m[1]}`, a nested folder"),
+    (r"unknown NeMo Gym agent `([^`]+)`", lambda m, r: f"{OTHER_AGENT}: `{m[1]}` is no NeMo Gym agent"),
+    (r"ReplayMissError", lambda m, r: f"{UNEXPLAINED}: a conversation the recording does not hold"),
+    (r"reward \S+, recorded", lambda m, r: f"{UNEXPLAINED}: a reward other than the recorded one"),
+]
+
+OVERRIDES: dict[str, tuple[str, str]] = {
+    # server: (its reason, why its result's text is not enough), each read in NeMo Gym 0.7.0's source
+    "bigcodebench": (f"{NETWORK}: builds its own venv", "the text names uv; setup_bcb_venv.py then pip-installs"),
+    "deepswe": (f"{SANDBOX}: task images", "a missing folder; its tasks come from `prepare`, each runs in its image"),
+    "google_search": (f"{NETWORK}: Google's search API", "an import error first; its one tool calls Google"),
+    "openenv": (f"{UNREGISTERED}: `openenv-coding_env` (a URL)", "a missing module; requirements.txt has its git URL"),
+    "terminal_bench_4": (f"{SANDBOX}: its `environment` config", "a config field: the container each task runs in"),
+    "competitive_coding_challenges": (
+        f"{SANDBOX}: a NeMo-Skills sandbox",
+        "a timeout; ccc_eval.py runs code over HTTP",
+    ),
+    "critpt": (f"{NETWORK}: artificialanalysis.ai's API", "a timeout; its verify posts to that API (app.py:138)"),
+    "code_fim": (f"{HOST_GAP}: its packages are in pyproject.toml", "the check reads requirements.txt only"),
+    "ether0": (f"{UNREGISTERED}: `ether0`", "the text says unlisted; ether0 is on GitHub, not on PyPI"),
+    "wordle": (f"{NETWORK}: its word list", "a missing file; generate_data.py, which makes it, downloads it"),
+    "vibench": (f"{NETWORK}: a checkout of the VIBench repository", "a missing file under VIBENCH_REPO_ROOT"),
+    "osworld": (f"{SANDBOX}: remote Docker/QEMU workers", "a 401 from its session service (its README)"),
+    "math_formal_lean": (f"{SANDBOX}: a Lean sandbox over HTTP", "a reward; only the recording its sandbox proved"),
+    "swerl_gen": (f"{SANDBOX}: the task's image", "a reward; only the recording its sandbox passed (its README)"),
+    "blackjack": (UNSEEDED, "a replay miss; task_data.py: dealt from a fresh unseeded random.Random() per session"),
+    "grl_sokoban": (f"{LOST_TASK}: its `seed`", "a replay miss; no example row's prompt begins the recording's"),
+    "grl_tetris": (f"{LOST_TASK}: its `seed`", "a replay miss; no example row's prompt begins the recording's"),
+    "openair_congestion": (
+        f"{UNEXPLAINED}: its 5 example rows share one prompt",
+        "a replay miss; seeded by the task's `seed`, but the join by prompt cannot tell which row a recording used",
+    ),
+    "gdpval": (f"{OTHER_AGENT}: `stirrup_agent` fails hosted", "the text is the hosted agent's own error"),
+    "toolsandbox": (f"{OTHER_AGENT}: `toolsandbox_agent` misses", "a replay miss of that agent, hosted"),
+    "gdp_pdf": (
+        f"{HOST_GAP}: judge calls recorded as Chat Completions are not replayed",
+        "judge_failed; recorded_judge_calls reads `responses_create_params` pairs, it kept `chat_create_params`",
+    ),
+    "iheval": (f"{SERVER_BUG}: `resources_servers/iheval/app.py:769` passes `row_id` twice", "run kept no trace"),
+    "omniscience": (f"{SERVER_BUG}: `resources_servers/omniscience/app.py:330` passes `verdict` twice", "idem"),
+    "mcqa": (f"{OLD_RECORDING}: 0.7.0 scores #2 1.0", "a reward; tests/test_nemo_gym_servers.py's KNOWN"),
+    "math_with_judge": (f"{LOADED_CPU}: math-verify's 5 s", "a reward; tests/test_nemo_gym_servers.py's SLOW_MATH"),
+}
+"""Servers whose result's text does not say why (a timeout, a replay miss, a reward); each with the one-line why."""
+
+
+def first_problem(result: dict[str, Any]) -> str:
+    """The first recording's problem (`#0: ...; #1: ...` keeps only `#0`), or the whole error of an earlier stage."""
+    error = result.get("error") or ""
+    error = "; ".join(error) if isinstance(error, list) else str(error)
+    return re.split(r"; (?=#\d+: )", error)[0]
+
+
+def reason(result: dict[str, Any]) -> str:
+    """Why a server the survey does not count as passing does not: one of `REASONS`, then `: ` and what names it
+    (the package, the file and line, the agent, the field); "" for a server that passes.
+
+    >>> reason({"server": "x", "stage": "build", "error": "URLError: <urlopen error [Errno -2] ...>"})
+    'needs network or a data download at start: a host it cannot reach (URLError)'
+    """
+    if result["stage"] in PASSING:
+        return ""
+    if result["server"] in OVERRIDES:
+        return OVERRIDES[result["server"]][0]
+    problem = first_problem(result)
+    for pattern, why in RULES:
+        found = re.search(pattern, problem)
+        if found:
+            return why if isinstance(why, str) else str(why(found, result))
+    return f"{UNEXPLAINED}: {result['stage']}"
+
+
+def reason_of(text: str) -> str:
+    """The reason a table cell names, less what it names after `: `."""
+    return next((name for name in REASONS if text == name or text.startswith(name + ": ")), "")
+
+
 def table(results: list[dict[str, Any]]) -> str:
     order = ["replays", "end to end", "replay", "recordings", "build", "dependencies", "timeout", "crash"]
     counts = {stage: sum(r["stage"] == stage for r in results) for stage in order}
+    reasons = {name: 0 for name in REASONS}
+    for r in results:
+        if r["stage"] not in PASSING:
+            reasons[reason_of(reason(r))] += 1
     lines = [
         "# NeMo Gym servers under gym-serve's host",
         "",
@@ -236,22 +416,25 @@ def table(results: list[dict[str, Any]]) -> str:
         "",
         "Counts: " + ", ".join(f"{stage} {n}" for stage, n in counts.items() if n),
         "",
+        "Reasons (the servers that neither replay nor run end to end): "
+        + ", ".join(f"{name} {n}" for name, n in reasons.items() if n),
+        "",
         "Reading the failures: judge models are Model-tier applications the server's references map to (here "
         "the replay model over the judge calls NeMo Gym recorded, else the live judge of `--judge-url`); "
         "Gymnasium-style servers run through gym-serve's `user_turn` and other agents' recordings through those "
-        "agents hosted unchanged. What is left: `ReplayMissError` is a conversation no recording holds: a server "
-        "whose observations are random and unseeded (`blackjack`, `grl_sokoban`, `grl_tetris`, "
-        "`openair_congestion`), or an agent not hosted (`stirrup_agent`, `toolsandbox_agent`); a 422 naming "
-        "`workdir`, `image_ref`, `repo` or `instance` is a sandbox or container task; a 422 naming a task field "
-        "(`ground_truth`, `outputs`) is a recording whose prompt is in no `example.jsonl` row, so its task fields "
-        "are lost; `URLError`, `LocalEntryNotFoundError` and `Couldn't reach` need the network or a download at "
-        "start; `got multiple values for keyword argument` is a bug in the server's own verify. The servers "
+        "agents hosted unchanged. Each server that does not pass has one *reason*: issue 31's list ("
+        + "; ".join(ISSUE_REASONS)
+        + ") where one fits, else one of these, which are not on that list: "
+        + "; ".join(f"*{name}* ({meaning})" for name, meaning in FURTHER_REASONS.items())
+        + ". The reason comes from the first problem's text (`RULES` in the script), or, where that text does not "
+        "say why (a timeout, a replay miss, a reward), from `OVERRIDES`, each with its one-line why; a bug names "
+        "the server's file and line. The servers "
         "`tests/test_nemo_gym_servers.py` proves (27, with a Serve config each in this folder) are among those "
         "that replay; the known exceptions there (`mcqa`, `math_with_judge`, `structured_outputs`) are explained "
         "in that test.",
         "",
-        "| server | stage | recordings agreeing | agents | first problem |",
-        "|---|---|---:|---|---|",
+        "| server | stage | recordings agreeing | agents | reason | first problem |",
+        "|---|---|---:|---|---|---|",
     ]
     for r in sorted(results, key=lambda r: (order.index(r["stage"]), r["server"])):
         agree = f"{r['agree']} / {r['recordings']}" if "agree" in r else ""
@@ -259,8 +442,9 @@ def table(results: list[dict[str, Any]]) -> str:
         agents = ", ".join(r.get("agents") or []) + (" (own environment)" if r.get("installed") else "")
         problem = re.sub(r"\S*/site-packages/", "site-packages/", str(r.get("error") or ""))  # no machine's paths
         problem = re.sub(re.escape(tempfile.gettempdir()) + r"/[^/\s]+/", "", problem)
-        problem = problem.replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| `{r['server']}` | {r['stage']} | {agree} | {agents} | {problem[:200]} |")
+        cells = [problem, reason(r)]
+        problem, why = (cell.replace("|", "\\|").replace("\n", " ") for cell in cells)
+        lines.append(f"| `{r['server']}` | {r['stage']} | {agree} | {agents} | {why} | {problem[:200]} |")
     return "\n".join(lines) + "\n"
 
 
@@ -274,7 +458,14 @@ def main() -> None:
     parser.add_argument("--judge-url", help="an OpenAI-compatible server for judge calls NeMo Gym did not record")
     parser.add_argument("--judge-model", default="", help="the model name to ask --judge-url for")
     parser.add_argument("--results", type=Path, help="every server's result as JSON: read, updated, written")
+    parser.add_argument("--render-only", action="store_true", help="write --out from --results; run no server")
     args = parser.parse_args()
+    if args.render_only:
+        if not args.results or not args.results.exists():
+            parser.error(f"--render-only reads --results, and {args.results} is no file")
+        args.out.write_text(table(list(json.loads(args.results.read_text()).values())))
+        print(f"-> {args.out}")
+        return
     if args.judge_url:
         os.environ.update(SURVEY_JUDGE_URL=args.judge_url, SURVEY_JUDGE_MODEL=args.judge_model)
     if args.one:
