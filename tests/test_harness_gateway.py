@@ -69,6 +69,9 @@ APPS = {
     "exits": harness({"command": ["sh", "-c", "echo it went wrong >&2; exit 3"]}),
     "hangs": harness({"command": ["sh", "-c", "setsid sleep 617 & sleep 60"], "timeout_s": 3}),
     "unbound": harness({"command": ["/opt/nowhere/harness"], "isolation": "sandbox"}),
+    "hangs_sandboxed": harness(
+        {"command": ["sh", "-c", "setsid sleep 620 & sleep 60"], "timeout_s": 3, "isolation": "sandbox"}
+    ),
 }
 
 
@@ -324,6 +327,7 @@ FAILED = {
     "sleepy": ("harness_timeout", "did not finish within 2 s"),
     "hangs": ("harness_timeout", "was still running at its deadline of 3 s; it was killed"),
     "unbound": ("harness_error", "the harness program is not in its sandbox: cannot run `/opt/nowhere/harness`"),
+    "hangs_sandboxed": ("harness_timeout", "was still running at its deadline of 3 s; it was killed"),
 }
 
 
@@ -340,6 +344,7 @@ def check(results: list[dict[str, Any]]) -> None:
         assert failure["_ng_failure_class"] == kind and message in failure["error"], (name, failure["error"])
         assert failure["mask_sample"] is True and "reward" not in failure and failure["attempts"] == 1
     assert not _running("sleep 617"), "nothing a timed-out program started outlives its rollout"
+    assert not _running("sleep 620"), "nor in a sandbox"
 
 
 async def test_harness_failures_are_masked_rows_of_their_kind_through_a_file_collection(
