@@ -246,7 +246,7 @@ def table(results: list[dict[str, Any]]) -> str:
         "(`ground_truth`, `outputs`) is a recording whose prompt is in no `example.jsonl` row, so its task fields "
         "are lost; `URLError`, `LocalEntryNotFoundError` and `Couldn't reach` need the network or a download at "
         "start; `got multiple values for keyword argument` is a bug in the server's own verify. The servers "
-        "`tests/test_nemo_gym_servers.py` proves (27, with a Serve config each in this folder) are among those "
+        "`tests/test_nemo_gym_servers.py` proves (40, with a Serve config each in this folder) are among those "
         "that replay; the known exceptions there (`mcqa`, `math_with_judge`, `structured_outputs`) are explained "
         "in that test.",
         "",
