@@ -23,10 +23,12 @@ from typing import Any
 
 import pytest
 
-from gym_serve.analysis.check import recorded_rollouts
+from gym_serve.analysis.check import recorded_judge_calls, recorded_rollouts
 from gym_serve.environment import nemo_gym
+from gym_serve.environment.nemo_gym import catalog
 from gym_serve.environment.nemo_gym.catalog import server_config_defaults
-from gym_serve.environment.nemo_gym.host import NOT_FOUND, NemoGymServer
+from gym_serve.environment.nemo_gym.host import NOT_FOUND, NemoGymServer, hosted_server
+from gym_serve.environment.nemo_gym.routes import Routes
 from gym_serve.errors import (
     ConfigError,
     EnvError,
@@ -72,12 +74,33 @@ PROVEN = [
     "spartqa",
     "string_match",
     "ugphysics_judge",
+    # servers whose recorded judge verdicts replay through the judge reference mapped as the survey maps it
+    "aegis_v4_safety",
+    "math_with_autograder",
+    # more that replay through gym-serve's own loop (their rows may name another agent: see each Serve config)
+    "cvdp",
+    "example_multi_turn_gymnasium",
+    "generative_reward_model",
+    "image_tools",
+    "litmus_agent",
+    "nvarc",
+    "reasoning_gym",
+    "scicode",
+    "scicodepile",
+    "swe_pivot",
+    "swerl_llm_judge",
 ]
 
 KNOWN = {
     ("mcqa", 2): "recorded 0.0 by an older strict mode; NeMo Gym 0.7.0 reads `\\boxed{C: <option text>}` as C (1.0)",
 }
 """(server, recording index) whose recorded reward NeMo Gym 0.7.0 itself no longer gives, and why."""
+
+NOT_VERDICTS = {
+    "rollout_source": "image_tools' recordings were tagged `sdg_trace` by the synthetic-data pipeline that made them; "
+    "no NeMo Gym server or agent writes the field",
+}
+"""Fields of a recording that no verify response gives, and where they come from."""
 
 SLOW_MATH = {("math_with_judge", 1)}
 """math-verify stops its own comparison after 5 s and scores 0; on a slow or loaded CPU this one takes longer."""
@@ -99,16 +122,31 @@ def structured_outputs_row(recorded: dict[str, Any]) -> dict[str, Any]:
     return {"responses_create_params": recorded["responses_create_params"], "schema_str": json.dumps(schema)}
 
 
+def judged_host(server: str) -> NemoGymServer:
+    """The server with each model it references (`judge_model`, ...) routed to a Model tier that `replay` sets."""
+    references = catalog.model_references(server_config_defaults(server)).values()
+    return hosted_server(server, routes=Routes(models=dict.fromkeys(references, _no_judge)))
+
+
+async def _no_judge(request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+    raise AssertionError("a judge call outside a replay")
+
+
 async def replay(host: NemoGymServer, row: dict[str, Any], recorded: dict[str, Any], tmp: Path) -> dict[str, Any]:
-    recording = tmp / "recording.jsonl"
+    """The recording's own model turns played back; the server's judge references go to the replay model over the
+    judge calls NeMo Gym recorded inside the row (as the survey maps them), so a judge gives its recorded verdict."""
+    recording, judge_calls = tmp / "recording.jsonl", tmp / "judge.jsonl"
     recording.write_text(json.dumps(recorded) + "\n")
+    judge_calls.write_text("".join(json.dumps(call) + "\n" for call in recorded_judge_calls(recorded)))
+    judge = ReplayModel([judge_calls, recording])
+    host.routes.models.update(dict.fromkeys(host.routes.models, judge.responses))
     config = AgentConfig(max_steps=50)
     return await run_episode(row, model=ReplayModel([recording]), env=host, env_info=host.describe(), config=config)
 
 
 @pytest.mark.parametrize("server", PROVEN)
 async def test_recorded_rollouts_replay_to_their_recorded_rewards(server: str, tmp_path: Path) -> None:
-    host = NemoGymServer(server)
+    host = judged_host(server)
     pairs = recorded_rollouts(server)
     assert len(pairs) == 5
     for i, (row, recorded) in enumerate(pairs):
@@ -126,6 +164,7 @@ async def test_recorded_rollouts_replay_to_their_recorded_rewards(server: str, t
             assert rollout["reward"] == expected, f"recording {i}: got {rollout['reward']}, NeMo Gym {expected}"
         # the verify response's own fields land on the row, as on NeMo Gym's
         verify_fields = {k for k in recorded if not k.startswith("_ng_") and k not in ("agent_ref", "reward")}
+        verify_fields -= NOT_VERDICTS.keys()
         assert verify_fields | {"mask_sample", "failure_kind", "failure_reason"} <= rollout.keys()
     assert host.open_sessions == 0, "every session ends with its verify"
 
@@ -270,7 +309,7 @@ def test_config_validation_and_the_cli_never_import_nemo_gym() -> None:
         "import sys\n"
         "from gym_serve.serving.config import validate_app_args\n"
         "validate_app_args({'environment': {'kind': 'nemo_gym', 'server': 'mcqa'}}, source='x', app='a')\n"
-        "from gym_serve.analysis.check import recorded_rollouts\n"
+        "from gym_serve.analysis.check import recorded_judge_calls, recorded_rollouts\n"
         "assert len(recorded_rollouts('mcqa')) == 5\n"
         "assert 'nemo_gym' not in sys.modules, 'imported nemo_gym'\n"
     )

@@ -102,7 +102,8 @@ class GymnasiumHost(NemoGymServer):
         return turn, state
 
     async def verify(self, row: dict[str, Any], response: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
-        """The episode's reward: the sum of its step rewards (gymnasium_agent's), with the last step's `info`."""
+        """The episode's reward: the sum of its step rewards (gymnasium_agent's), with the last step's `info` and the
+        failure fields every NeMo Gym verdict carries (its `GymnasiumRunResponse` is a `BaseVerifyResponse`)."""
         session = self._session(state)
         episode = session.episode
         try:
@@ -110,7 +111,8 @@ class GymnasiumHost(NemoGymServer):
                 await self._answer("/close", {}, session)
         finally:
             await self._end(state["session"])
-        return {"reward": float(sum(episode["rewards"])), "info": episode["info"]}
+        reward = float(sum(episode["rewards"]))
+        return {"reward": reward, "failure_kind": None, "failure_reason": None, "info": episode["info"]}
 
     def ends_session(self, path: str, raw: bytes) -> bool:
         """A step that terminated or truncated the episode ends it (the server closed its own state)."""
