@@ -40,10 +40,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 def survey_one(server: str) -> dict[str, Any]:
     """How far `server` gets (run in its own process: `--one SERVER`, or a Ray worker with its own packages)."""
-    from gym_serve.analysis.check import recorded_judge_calls, recorded_rollouts
+    from gym_serve.analysis.check import recorded_rollouts
     from gym_serve.environment.nemo_gym import catalog
     from gym_serve.environment.nemo_gym.host import hosted_server
     from gym_serve.models.http_endpoint import HTTPEndpoint
+    from gym_serve.rollout.replay import recorded_judge_calls
 
     result: dict[str, Any] = {"server": server}
     try:
@@ -152,14 +153,13 @@ async def replay_one(
     """One recording: gym-serve's own loop first; where the replay model misses (a recording another agent made),
     the NeMo Gym agent that made it, hosted unchanged. Judge calls go to the replay model over the recording's own
     judge calls, where NeMo Gym kept them."""
-    from gym_serve.analysis.check import recorded_judge_calls
     from gym_serve.environment.nemo_gym import catalog
     from gym_serve.environment.nemo_gym.agents import NemoGymAgent
     from gym_serve.environment.nemo_gym.host import hosted_server
     from gym_serve.environment.nemo_gym.routes import Routes
     from gym_serve.errors import FailureKind, failure_kind
     from gym_serve.rollout.loop import AgentConfig, run_episode
-    from gym_serve.rollout.replay import ReplayModel
+    from gym_serve.rollout.replay import ReplayModel, recorded_judge_calls
 
     folder.mkdir(parents=True)
     (folder / "policy.jsonl").write_text(json.dumps(recorded) + "\n")

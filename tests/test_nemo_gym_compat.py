@@ -95,3 +95,24 @@ def test_the_copies_are_nemo_gym_0_7_0s_own_files() -> None:
         str(p) for p in copies if p.read_bytes() != (servers_root() / p.parent.name / "data" / p.name).read_bytes()
     ]
     assert different == []
+
+
+def test_a_judges_calls_recorded_inside_a_row_are_answered_as_recorded_and_never_varied(tmp_path: Path) -> None:
+    """A row's nested `{responses_create_params, response}` pairs (a judge's) make the replay model that judge."""
+    verdict = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "[[A=B]]"}]}
+    judged = {"responses_create_params": {"input": "Are these equal? 1/2 and 0.5"}, "response": {"output": [verdict]}}
+    answer = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "0.5"}]}
+    row = {
+        "responses_create_params": {"input": "What is 1/2 as a decimal?"},
+        "response": {"output": [answer]},
+        "reward": 1.0,
+        "judge_evaluations": [judged],
+    }
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    model = ReplayModel([path], error_rate=1.0)  # every policy answer varied: the judge's never
+    reply = model.respond({"input": "Are these equal? 1/2 and 0.5"}, session="s")
+    assert reply["output"] == [verdict] and reply["metadata"]["replay_variant"] == "recorded"
+    assert (
+        model.respond({"input": "What is 1/2 as a decimal?"}, session="s")["metadata"]["replay_variant"] == "corrupted"
+    )

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from gym_serve.analysis.check import recorded_judge_calls, recorded_rollouts
+from gym_serve.analysis.check import recorded_rollouts
 from gym_serve.environment import nemo_gym
 from gym_serve.environment.nemo_gym import catalog
 from gym_serve.environment.nemo_gym.catalog import server_config_defaults
@@ -133,15 +133,15 @@ async def _no_judge(request: dict[str, Any], session: str | None = None) -> dict
 
 
 async def replay(host: NemoGymServer, row: dict[str, Any], recorded: dict[str, Any], tmp: Path) -> dict[str, Any]:
-    """The recording's own model turns played back; the server's judge references go to the replay model over the
-    judge calls NeMo Gym recorded inside the row (as the survey maps them), so a judge gives its recorded verdict."""
-    recording, judge_calls = tmp / "recording.jsonl", tmp / "judge.jsonl"
+    """The recording played back by one replay model, which is also the server's judge (as the shipped Serve
+    configs map a judge to the application's own Model tier): it answers the judge calls NeMo Gym recorded
+    inside the row with their recorded verdicts."""
+    recording = tmp / "recording.jsonl"
     recording.write_text(json.dumps(recorded) + "\n")
-    judge_calls.write_text("".join(json.dumps(call) + "\n" for call in recorded_judge_calls(recorded)))
-    judge = ReplayModel([judge_calls, recording])
-    host.routes.models.update(dict.fromkeys(host.routes.models, judge.responses))
+    model = ReplayModel([recording])
+    host.routes.models.update(dict.fromkeys(host.routes.models, model.responses))
     config = AgentConfig(max_steps=50)
-    return await run_episode(row, model=ReplayModel([recording]), env=host, env_info=host.describe(), config=config)
+    return await run_episode(row, model=model, env=host, env_info=host.describe(), config=config)
 
 
 @pytest.mark.parametrize("server", PROVEN)
@@ -309,7 +309,7 @@ def test_config_validation_and_the_cli_never_import_nemo_gym() -> None:
         "import sys\n"
         "from gym_serve.serving.config import validate_app_args\n"
         "validate_app_args({'environment': {'kind': 'nemo_gym', 'server': 'mcqa'}}, source='x', app='a')\n"
-        "from gym_serve.analysis.check import recorded_judge_calls, recorded_rollouts\n"
+        "from gym_serve.analysis.check import recorded_rollouts\n"
         "assert len(recorded_rollouts('mcqa')) == 5\n"
         "assert 'nemo_gym' not in sys.modules, 'imported nemo_gym'\n"
     )

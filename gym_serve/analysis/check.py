@@ -54,7 +54,7 @@ from gym_serve.wire.jsonl import read_jsonl, scan_jsonl
 from gym_serve.wire.pieces import field_path
 from gym_serve.wire.responses import row_problems
 
-__all__ = ["EnvReport", "check_environment", "recorded_judge_calls", "recorded_rollouts"]
+__all__ = ["EnvReport", "check_environment", "recorded_rollouts"]
 
 MIN_ROWS = 5
 HOSTED_VERIFY_BUDGET_S = 10.0
@@ -158,29 +158,6 @@ def recorded_rollouts(server: str) -> list[tuple[dict[str, Any], dict[str, Any]]
             own["responses_create_params"] = {k: v for k, v in own["responses_create_params"].items() if v is not None}
         pairs.append((examples.get(_prompt_key(recorded), own), recorded))
     return pairs
-
-
-def recorded_judge_calls(recorded: dict[str, Any]) -> list[dict[str, Any]]:
-    """The model calls a server made while NeMo Gym verified a recorded rollout, where it kept them: every
-    `{responses_create_params, response}` pair inside the row (`judge_evaluations`, `judge_evaluation`, ...),
-    as recordings the replay model plays (a judge application that gives the recorded verdicts)."""
-    found: list[dict[str, Any]] = []
-
-    def walk(value: Any, top: bool) -> None:
-        if isinstance(value, dict):
-            pair = "responses_create_params" in value and isinstance(value.get("response"), dict)
-            if pair and not top and isinstance(value["response"].get("output"), list):
-                found.append({**{k: value[k] for k in ("responses_create_params", "response")}, "reward": 1.0})
-                return
-            for key, item in value.items():
-                if not (top and key in ("responses_create_params", "response")):
-                    walk(item, False)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item, False)
-
-    walk(recorded, True)
-    return found
 
 
 def _check_rows(path: Path, task: type[Task] | None, report: EnvReport) -> list[tuple[int, dict[str, Any]]]:

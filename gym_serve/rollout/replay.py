@@ -12,7 +12,11 @@ Episodes whose reward is below the best reward recorded for the same prompt
 are *wrong variants*. With `error_rate > 0`, a rollout (chosen by a hash of
 its session and prompt, so the choice is repeatable) follows a wrong variant
 where one was recorded, or else has its final answer replaced, so rewards
-vary. A conversation with no recording raises `ReplayMissError`: its rollout
+vary. A row may also hold the calls a helper model answered while it was
+verified (a judge's: `{responses_create_params, response}` pairs inside the
+row, `recorded_judge_calls`); those are answered as recorded, never varied, so
+a server whose judge is this model gives its recorded verdicts. A conversation
+with no recording raises `ReplayMissError`: its rollout
 becomes a failure row (`replay_miss`, masked), because a made-up answer is
 not the policy's and must never be scored. The error's text (`miss_text`) is
 also a non-answer every environment's verifier is checked to score 0
@@ -32,7 +36,7 @@ from gym_serve.verifiers.non_answer import REPLAY_MISS_PREFIX
 from gym_serve.wire.jsonl import read_jsonl
 from gym_serve.wire.pieces import assistant_message, input_items, usage
 
-__all__ = ["MISS_PREFIX", "ReplayModel", "conversation_key", "miss_text"]
+__all__ = ["MISS_PREFIX", "ReplayModel", "conversation_key", "miss_text", "recorded_judge_calls"]
 
 _MODEL_MADE = {"function_call", "reasoning"}
 CORRUPTED_ANSWER = "I'm not sure."
@@ -76,6 +80,7 @@ class ReplayModel:
         self.name = name
         self.sources = [str(p) for p in recordings]
         self._turns: dict[str, _Variants] = {}
+        self._helper_turns: dict[str, list[dict[str, Any]]] = {}
         for path in recordings:
             self._load(Path(path))
 
@@ -96,6 +101,8 @@ class ReplayModel:
         key = conversation_key(conversation)
         variants = self._turns.get(key)
         if variants is None:
+            if key in self._helper_turns:  # a judge's call recorded inside a row: its recorded verdict
+                return self._response(key, self._helper_turns[key], conversation, "recorded")
             raise ReplayMissError(miss_text(key, len(conversation), self.sources))
         goes_wrong = self._goes_wrong(conversation, session)
         if goes_wrong and variants.wrong:
@@ -123,6 +130,10 @@ class ReplayModel:
                 message = f"not a recorded rollout: {type(e).__name__}: {e}"
                 raise InputError(message, source=str(path), line=line) from e
             episodes.append((conversation, output, reward))
+            for call in recorded_judge_calls(row):
+                helper = _conversation(call["responses_create_params"])
+                for prefix, turn in _turns(helper, call["response"]["output"]):
+                    self._helper_turns.setdefault(conversation_key(prefix), turn)
         best: dict[str, float] = {}
         for conversation, _, reward in episodes:
             prompt = conversation_key(_prompt(conversation))
@@ -153,6 +164,29 @@ class ReplayModel:
             "usage": usage(input_tokens, output_tokens),
             "metadata": {"replay_variant": variant},
         }
+
+
+def recorded_judge_calls(recorded: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model calls a server made while NeMo Gym verified a recorded rollout, where it kept them: every
+    `{responses_create_params, response}` pair inside the row (`judge_evaluations`, `judge_evaluation`, ...),
+    as recordings of their own (`reward` 1.0)."""
+    found: list[dict[str, Any]] = []
+
+    def walk(value: Any, top: bool) -> None:
+        if isinstance(value, dict):
+            pair = "responses_create_params" in value and isinstance(value.get("response"), dict)
+            if pair and not top and isinstance(value["response"].get("output"), list):
+                found.append({**{k: value[k] for k in ("responses_create_params", "response")}, "reward": 1.0})
+                return
+            for key, item in value.items():
+                if not (top and key in ("responses_create_params", "response")):
+                    walk(item, False)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item, False)
+
+    walk(recorded, True)
+    return found
 
 
 def _conversation(params: dict[str, Any]) -> list[dict[str, Any]]:
