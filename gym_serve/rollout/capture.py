@@ -146,6 +146,8 @@ class Prepared:
     version: int
     context: str
     reason: str
+    forms: list[tuple[Any, ...]]
+    """The canonical forms of the items the tier gets (kept so that `record` need not work them out again)."""
 
 
 class Capture:
@@ -159,19 +161,22 @@ class Capture:
     def prepare(self, request: dict[str, Any]) -> Prepared:
         """Which segment `request` extends, and the request the tier is sent (`request["input"]` as items)."""
         items = input_items(request["input"])
-        forms = _canonical_items(items)
+        indexed = _canonical_items(items)
+        forms = [form for form, _ in indexed]
         context = _context(request)
         reason = "first" if not self.segments else "history_rewritten"
         for segment in reversed(self.segments):
-            if not segment.forms or [form for form, _ in forms[: len(segment.forms)]] != segment.forms:
+            known = len(segment.forms)
+            if not known or known > len(forms) or forms[:known] != segment.forms:
                 continue
             if segment.context != context:
                 reason = "tools_changed"
                 continue
-            start = forms[len(segment.forms) - 1][1] + 1
+            start = indexed[known - 1][1] + 1
             new = items[start:]
-            return Prepared({**request, "input": segment.tail + new}, new, segment, segment.version, context, "")
-        return Prepared({**request, "input": items}, items, None, 0, context, reason)
+            sent = {**request, "input": segment.tail + new}
+            return Prepared(sent, new, segment, segment.version, context, "", segment.forms + forms[known:])
+        return Prepared({**request, "input": items}, items, None, 0, context, reason, forms)
 
     def record(
         self, prepared: Prepared, response: dict[str, Any], *, api: str, stream: bool, latency_s: float
@@ -192,7 +197,7 @@ class Capture:
             added = prepared.new_items
         segment.items += added + reply
         segment.tail = sent + reply
-        segment.forms = [form for form, _ in _canonical_items(segment.tail)]
+        segment.forms = prepared.forms + [form for form, _ in _canonical_items(reply)]
         segment.version += 1
         call = Call(
             number=len(self.calls) + 1,
