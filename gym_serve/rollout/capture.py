@@ -26,6 +26,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from gym_serve.wire.gateway import public_items
 from gym_serve.wire.hermes import structured_output
 from gym_serve.wire.pieces import input_items
@@ -63,10 +65,18 @@ def canonical(item: dict[str, Any]) -> tuple[Any, ...] | None:
 def _arguments(arguments: Any) -> str:
     if not isinstance(arguments, str):
         return json.dumps(arguments, sort_keys=True)
-    try:
+    try:  # the standard library's parser: it keeps integers over 64 bits exact, orjson's makes them floats
         return json.dumps(json.loads(arguments), sort_keys=True)
     except json.JSONDecodeError:
         return arguments.strip()
+
+
+def _sorted_json(value: Any) -> str:
+    """`value` as JSON, keys sorted, for comparing (orjson: this runs on every call; `value` is what orjson read)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except orjson.JSONEncodeError:  # what orjson cannot write (an integer over 64 bits)
+        return json.dumps(value, sort_keys=True)
 
 
 def _canonical_items(items: list[dict[str, Any]]) -> list[tuple[tuple[Any, ...], int]]:
@@ -77,10 +87,9 @@ def _canonical_items(items: list[dict[str, Any]]) -> list[tuple[tuple[Any, ...],
 def _context(request: dict[str, Any]) -> str:
     """The instructions and tools a call renders with: a segment's calls must share them."""
     tools = [
-        (t.get("name"), t.get("description") or "", json.dumps(t.get("parameters") or {}, sort_keys=True))
-        for t in request.get("tools") or []
+        [t.get("name"), t.get("description") or "", t.get("parameters") or {}] for t in request.get("tools") or []
     ]
-    return json.dumps([request.get("instructions") or "", tools])
+    return _sorted_json([request.get("instructions") or "", tools])
 
 
 @dataclass
