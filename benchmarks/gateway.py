@@ -5,7 +5,9 @@ its CPU counted apart), at each number of concurrent sessions, every session mak
 after another:
 
 - `gateway`: a harness's call — HTTP to its session on a Gateway replica (aiohttp from this process, one
-  connection pool), the replica forwarding to the Model tier through its micro-batched handle client;
+  connection pool), the replica forwarding to the Model tier through its micro-batched handle client. The
+  sessions are opened and closed as the harness Agent does it (`gym_serve.calls.gateway.GatewayHandle`,
+  micro-batched), inside the measured window: their cost is part of the calls';
 - `agent`: the tool-loop Agent's own call — the same handle client (`gym_serve.calls.handles.ModelHandle`),
   from this process.
 
@@ -36,6 +38,7 @@ from ray import serve
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402  (benchmarks/harness.py, beside this file)
 
+from gym_serve.calls.gateway import GATEWAY, GatewayHandle  # noqa: E402
 from gym_serve.calls.handles import ModelHandle  # noqa: E402
 from gym_serve.rollout.gateway_session import SessionSpec  # noqa: E402
 from gym_serve.serving.config import BUILDER  # noqa: E402
@@ -65,10 +68,8 @@ def apps(base_url: str) -> list[dict[str, Any]]:
 
 async def through_gateway(sessions: int, calls: int) -> tuple[list[float], int]:
     """Each of `sessions` sessions makes `calls` Chat Completions calls in turn; (latencies, failed calls)."""
-    gateway = serve.get_deployment_handle("Gateway", app_name=HARNESS_APP)
-    addresses = await asyncio.gather(
-        *(gateway.open_session.remote(SessionSpec(model="policy")) for _ in range(sessions))
-    )
+    gateway = GatewayHandle(serve.get_deployment_handle(GATEWAY, app_name=HARNESS_APP))
+    addresses = await asyncio.gather(*(gateway.open(SessionSpec(model="policy")) for _ in range(sessions)))
     body = {"model": "policy", "messages": [{"role": "user", "content": QUESTION}]}
     latencies: list[float] = []
     failed = 0
@@ -86,7 +87,7 @@ async def through_gateway(sessions: int, calls: int) -> tuple[list[float], int]:
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as client:
         await asyncio.gather(*(one(client, address) for address in addresses))
-    await asyncio.gather(*(gateway.close_session.remote(address.session_id) for address in addresses))
+    await asyncio.gather(*(gateway.close(address) for address in addresses))
     return latencies, failed
 
 

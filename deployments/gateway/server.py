@@ -44,6 +44,8 @@ _OPENAI_TYPES = {
     502: "server_error",
 }
 
+_EVENT_STREAM = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
 
 class HTTPProblem(Exception):
     """Raised while handling a request: answered with `status` in the API's error shape."""
@@ -92,11 +94,9 @@ def gateway_app(sessions: dict[str, Session], model: ModelClient, max_body_bytes
             events = responses_events(answer)
         else:
             events = anthropic_events(answer)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await response.prepare(request)
-        await response.write(b"".join(events))
-        await response.write_eof()
-        return response
+        # The whole event stream is ready: one response, written at once with its headers (a chunked stream
+        # would cost a write for the headers, one for the events and one for its end).
+        return web.Response(body=b"".join(events), headers=_EVENT_STREAM)
 
     async def models(request: web.Request, session: Session, api: API) -> web.StreamResponse:
         wanted = request.match_info.get("model")

@@ -80,7 +80,8 @@ class Session:
         self.in_flight += 1
         started = time.perf_counter()
         try:
-            response = await asyncio.wait_for(model.responses(prepared.request, self.spec.affinity), self._timeout())
+            async with asyncio.timeout(self._timeout()):  # not `wait_for`: that costs a task per call
+                response = await model.responses(prepared.request, self.spec.affinity)
         except Exception as error:
             kind = failure_kind(error)
             kind = FailureKind.TRANSPORT_TIMEOUT if isinstance(error, TimeoutError) else kind

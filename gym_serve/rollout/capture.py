@@ -26,6 +26,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from gym_serve.wire.gateway import public_items
 from gym_serve.wire.hermes import structured_output
 from gym_serve.wire.pieces import input_items
@@ -63,10 +65,18 @@ def canonical(item: dict[str, Any]) -> tuple[Any, ...] | None:
 def _arguments(arguments: Any) -> str:
     if not isinstance(arguments, str):
         return json.dumps(arguments, sort_keys=True)
-    try:
+    try:  # the standard library's parser: it keeps integers over 64 bits exact, orjson's makes them floats
         return json.dumps(json.loads(arguments), sort_keys=True)
     except json.JSONDecodeError:
         return arguments.strip()
+
+
+def _sorted_json(value: Any) -> str:
+    """`value` as JSON, keys sorted, for comparing (orjson: this runs on every call; `value` is what orjson read)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except orjson.JSONEncodeError:  # what orjson cannot write (an integer over 64 bits)
+        return json.dumps(value, sort_keys=True)
 
 
 def _canonical_items(items: list[dict[str, Any]]) -> list[tuple[tuple[Any, ...], int]]:
@@ -77,10 +87,9 @@ def _canonical_items(items: list[dict[str, Any]]) -> list[tuple[tuple[Any, ...],
 def _context(request: dict[str, Any]) -> str:
     """The instructions and tools a call renders with: a segment's calls must share them."""
     tools = [
-        (t.get("name"), t.get("description") or "", json.dumps(t.get("parameters") or {}, sort_keys=True))
-        for t in request.get("tools") or []
+        [t.get("name"), t.get("description") or "", t.get("parameters") or {}] for t in request.get("tools") or []
     ]
-    return json.dumps([request.get("instructions") or "", tools])
+    return _sorted_json([request.get("instructions") or "", tools])
 
 
 @dataclass
@@ -146,6 +155,8 @@ class Prepared:
     version: int
     context: str
     reason: str
+    forms: list[tuple[Any, ...]]
+    """The canonical forms of the items the tier gets (kept so that `record` need not work them out again)."""
 
 
 class Capture:
@@ -159,19 +170,22 @@ class Capture:
     def prepare(self, request: dict[str, Any]) -> Prepared:
         """Which segment `request` extends, and the request the tier is sent (`request["input"]` as items)."""
         items = input_items(request["input"])
-        forms = _canonical_items(items)
+        indexed = _canonical_items(items)
+        forms = [form for form, _ in indexed]
         context = _context(request)
         reason = "first" if not self.segments else "history_rewritten"
         for segment in reversed(self.segments):
-            if not segment.forms or [form for form, _ in forms[: len(segment.forms)]] != segment.forms:
+            known = len(segment.forms)
+            if not known or known > len(forms) or forms[:known] != segment.forms:
                 continue
             if segment.context != context:
                 reason = "tools_changed"
                 continue
-            start = forms[len(segment.forms) - 1][1] + 1
+            start = indexed[known - 1][1] + 1
             new = items[start:]
-            return Prepared({**request, "input": segment.tail + new}, new, segment, segment.version, context, "")
-        return Prepared({**request, "input": items}, items, None, 0, context, reason)
+            sent = {**request, "input": segment.tail + new}
+            return Prepared(sent, new, segment, segment.version, context, "", segment.forms + forms[known:])
+        return Prepared({**request, "input": items}, items, None, 0, context, reason, forms)
 
     def record(
         self, prepared: Prepared, response: dict[str, Any], *, api: str, stream: bool, latency_s: float
@@ -192,7 +206,7 @@ class Capture:
             added = prepared.new_items
         segment.items += added + reply
         segment.tail = sent + reply
-        segment.forms = [form for form, _ in _canonical_items(segment.tail)]
+        segment.forms = prepared.forms + [form for form, _ in _canonical_items(reply)]
         segment.version += 1
         call = Call(
             number=len(self.calls) + 1,

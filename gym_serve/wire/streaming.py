@@ -17,13 +17,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 __all__ = ["anthropic_events", "chat_chunks", "responses_events", "sse"]
 
 
 def sse(data: Any, event: str | None = None) -> bytes:
-    """One server-sent event; `data` as JSON."""
-    head = f"event: {event}\n" if event else ""
-    return f"{head}data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+    r"""One server-sent event; `data` as compact JSON (orjson, as the gateway's whole answers are written).
+
+    >>> sse({"type": "message_stop", "text": "é"}, "message_stop").decode()
+    'event: message_stop\ndata: {"type":"message_stop","text":"é"}\n\n'
+    """
+    head = b"event: " + event.encode() + b"\n" if event else b""
+    return head + b"data: " + orjson.dumps(data) + b"\n\n"
 
 
 def chat_chunks(completion: dict[str, Any], *, usage: bool) -> list[bytes]:
