@@ -129,7 +129,6 @@ class NemoGymServer:
         self.routes = routes or Routes()
         self.app, self.server = build(
             catalog.server_dir(server),
-            catalog.SERVERS,
             server,
             config or {},
             defaults=catalog.server_config_defaults(server),
