@@ -255,3 +255,20 @@ def test_an_agent_in_a_nested_folder_is_found_with_its_config() -> None:
     assert catalog.agent_config_defaults(agent)["seed_first_user_message"] is True
     with pytest.raises(EnvError, match=r"unknown NeMo Gym agent `\.\./resources_servers/mcqa`"):
         catalog.agent_dir("../resources_servers/mcqa")
+
+
+@pytest.mark.asyncio
+async def test_every_answer_within_a_session_sets_its_cookie_again_as_nemo_gyms_session_middleware_does() -> None:
+    """Some agents (conversational_tool_use/simulation) carry on with only the cookies of the last answer."""
+    from gym_serve.environment.nemo_gym.host import SESSION_COOKIE
+
+    host = built("example_single_tool_call")
+    row = json.loads((catalog.data_dir("example_single_tool_call") / "example.jsonl").read_text().splitlines()[0])
+    status, _, cookies = await host.http("/seed_session", json.dumps(row).encode(), {})
+    assert status == 200 and set(cookies) == {SESSION_COOKIE}
+    status, body, again = await host.http("/get_weather", b'{"city": "sf"}', cookies)
+    assert status == 200 and b"sf" in body.lower()
+    assert again == cookies
+    verify = {**row, "response": {"output": [assistant_message("It is cold.", "msg_1")]}}
+    *_, after = await host.http("/verify", json.dumps(verify).encode(), again)
+    assert after == {} and host.open_sessions == 0  # the session ended: nothing names it any more
