@@ -151,6 +151,11 @@ class LiveJudge:
         return await responses_over_chat(self.live, chat)
 
 
+INSTANCE_ONLY = ("entrypoint", "resources_server", "model_server", "datasets")
+"""What an agent instance's shipped block names that is not the agent's to take here: where it runs, the servers
+it reaches (the survey routes them), the datasets NeMo Gym's CLI collects from."""
+
+
 async def replay_one(
     server: str,
     row: dict[str, Any],
@@ -192,7 +197,10 @@ async def replay_one(
         first = f"{type(e).__name__}: {e}"
         if failure_kind(e) is not FailureKind.REPLAY_MISS:
             return {"agent": "gym-serve", "reward": None, "error": first, "where": server_line(e)}
-    agent = catalog.agent_of(str((recorded.get("agent_ref") or {}).get("name") or "")) or "simple_agent"
+    instance = str((recorded.get("agent_ref") or {}).get("name") or "")
+    agent = catalog.agent_of(instance) or "simple_agent"
+    shipped = catalog.agent_instance_config(instance) if catalog.agent_of(instance) else {}
+    config = {k: v for k, v in shipped.items() if k not in INSTANCE_ONLY}  # e.g. gymnasium_agent's max_steps
     policy, routes, judging = fresh()
     routes.models["policy_model"] = policy.responses
     host = hosted_server(server, routes=routes, endpoints=endpoints)
@@ -202,7 +210,7 @@ async def replay_one(
 
     routes.apps[server] = to_server
     try:
-        hosted = NemoGymAgent(agent, instance="survey_agent", routes=routes, resources_server=server)
+        hosted = NemoGymAgent(agent, instance="survey_agent", routes=routes, resources_server=server, config=config)
         rollout = await hosted.run(row)
         return {"agent": agent, "reward": float(rollout["reward"]), "live_judge_calls": judging.calls}
     except Exception as e:

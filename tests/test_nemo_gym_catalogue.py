@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from gym_serve.analysis.check import recorded_judge_calls, recorded_rollouts
+from gym_serve.analysis.check import recorded_rollouts
 from gym_serve.environment.nemo_gym import catalog, requirements
 from gym_serve.environment.nemo_gym.agents import NemoGymAgent
 from gym_serve.environment.nemo_gym.host import NemoGymServer, hosted_server
 from gym_serve.environment.nemo_gym.routes import Routes, UnroutedServerError
 from gym_serve.errors import ConfigError, EnvError, FailureKind, failure_kind
 from gym_serve.rollout.loop import AgentConfig, run_episode
-from gym_serve.rollout.replay import ReplayModel
+from gym_serve.rollout.replay import ReplayModel, recorded_judge_calls
 from gym_serve.serving.config import validate_app_args
 from gym_serve.wire.pieces import assistant_message
 
@@ -272,3 +272,10 @@ async def test_every_answer_within_a_session_sets_its_cookie_again_as_nemo_gyms_
     verify = {**row, "response": {"output": [assistant_message("It is cold.", "msg_1")]}}
     *_, after = await host.http("/verify", json.dumps(verify).encode(), again)
     assert after == {} and host.open_sessions == 0  # the session ended: nothing names it any more
+
+
+def test_an_agent_instance_gives_the_config_its_rollouts_were_recorded_with() -> None:
+    """grl_sokoban's recordings ran 20 steps under `grl_sokoban_gymnasium_agent` (gymnasium_agent's default: 10)."""
+    shipped = catalog.agent_instance_config("grl_sokoban_gymnasium_agent")
+    assert shipped["max_steps"] == 20 and shipped["resources_server"]["name"] == "grl_sokoban"
+    assert catalog.agent_instance_config("no_such_instance") == {}

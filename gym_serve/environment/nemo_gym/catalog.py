@@ -236,6 +236,19 @@ def agent_of(instance: str) -> str | None:
     return None
 
 
+def agent_instance_config(instance: str) -> dict[str, Any]:
+    """What an agent instance of NeMo Gym's shipped configs sets for its agent (a row's `agent_ref.name`, e.g.
+    `grl_sokoban_gymnasium_agent` → `{max_steps: 20, ...}`), over what the instances it inherits from set; `{}` for
+    an instance the configs do not ship. Its rollouts were recorded with these values, not the agent's defaults."""
+    entry = _shipped_instances().get(instance)
+    if not isinstance(entry, dict):
+        return {}
+    inherited = agent_instance_config(str(entry.get("_inherit_from") or "")) if entry.get("_inherit_from") else {}
+    agents = entry.get(AGENTS)
+    own = next(iter(agents.values()), None) if isinstance(agents, dict) and agents else None
+    return {**inherited, **(own if isinstance(own, dict) else {})}
+
+
 @cache
 def _shipped_instances() -> dict[str, Any]:
     """Every top-level instance of NeMo Gym's shipped configs (servers' `configs/`, `benchmarks/`): name → block."""
