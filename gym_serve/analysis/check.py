@@ -178,10 +178,10 @@ def join_recordings(
         if isinstance(own.get("responses_create_params"), dict):
             own["responses_create_params"] = {k: v for k, v in own["responses_create_params"].items() if v is not None}
         same_prompt = by_prompt.get(_prompt_key(recorded), [])
-        index = recorded.get("_ng_task_index")
-        if isinstance(index, int) and 0 <= index < len(examples):
-            if index in same_prompt or (not same_prompt and _begins(examples[index], recorded)):
-                same_prompt = [index]
+        task_index = recorded.get("_ng_task_index")
+        if isinstance(task_index, int) and 0 <= task_index < len(examples):
+            if task_index in same_prompt or (not same_prompt and _begins(examples[task_index], recorded)):
+                same_prompt = [task_index]
         row = examples[same_prompt[-1]] if same_prompt else own
         kept = {k: recorded[k] for k in row if k in recorded and k not in ("responses_create_params", "agent_ref")}
         pairs.append(({**row, **kept}, recorded))

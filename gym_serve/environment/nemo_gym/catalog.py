@@ -395,7 +395,7 @@ def requirements(path: Path) -> list[tuple[str, Requirement]]:
     servers list theirs there), NeMo Gym itself left out; URLs named by project."""
     file = path / "requirements.txt"
     lines = file.read_text().splitlines() if file.is_file() else []
-    out = []
+    out: list[tuple[str, Requirement]] = []
     for raw in lines + _pyproject_dependencies(path / "pyproject.toml"):
         line = raw.split("#", 1)[0].strip()
         if not line or line.startswith("-") or line.startswith("nemo-gym"):
