@@ -406,6 +406,11 @@ OVERRIDES: dict[str, tuple[str, str]] = {
     ),
     "finance_sec_search": (f"{NETWORK}: SEC's company_tickers.json", "app.py:712 downloads it from sec.gov at start"),
     "gdpval": (f"{OTHER_AGENT}: `stirrup_agent` fails hosted", "the text is the hosted agent's own error"),
+    "example_mcp_weather": (
+        f"{OTHER_AGENT}: `claude_code_agent`, over MCP",
+        "a replay miss; its one shipped agent is Claude Code reaching the tools over MCP: it saw the tool's text, "
+        "the host's route answers JSON",
+    ),
     "toolsandbox": (f"{OTHER_AGENT}: `toolsandbox_agent` misses", "a replay miss of that agent, hosted"),
     "conversational_tool_use_simulation": (
         f"{NO_JUDGE}: its `simulator_model` plays the user and the tools, and judges",
