@@ -198,7 +198,8 @@ async def replay_one(
         if failure_kind(e) is not FailureKind.REPLAY_MISS:
             return {"agent": "gym-serve", "reward": None, "error": first, "where": server_line(e)}
     instance = str((recorded.get("agent_ref") or {}).get("name") or "")
-    agent = catalog.agent_of(instance) or "simple_agent"
+    shipped_agents = catalog.shipped_agents(server)  # where the recording names no agent: the one its configs run
+    agent = catalog.agent_of(instance) or (shipped_agents[0] if len(shipped_agents) == 1 else "simple_agent")
     shipped = catalog.agent_instance_config(instance) if catalog.agent_of(instance) else {}
     config = {k: v for k, v in shipped.items() if k not in INSTANCE_ONLY}  # e.g. gymnasium_agent's max_steps
     policy, routes, judging = fresh()

@@ -279,3 +279,10 @@ def test_an_agent_instance_gives_the_config_its_rollouts_were_recorded_with() ->
     shipped = catalog.agent_instance_config("grl_sokoban_gymnasium_agent")
     assert shipped["max_steps"] == 20 and shipped["resources_server"]["name"] == "grl_sokoban"
     assert catalog.agent_instance_config("no_such_instance") == {}
+
+
+def test_the_agents_a_servers_own_configs_run_it_with_are_named() -> None:
+    """single_step_tool_use_with_argument_comparison's recordings name no agent; its configs all run
+    tool_simulation_agent, which asks the model once and verifies, running no tool (one recording ends in a call)."""
+    assert catalog.shipped_agents("single_step_tool_use_with_argument_comparison") == ["tool_simulation_agent"]
+    assert catalog.shipped_agents("mcqa") == ["simple_agent"]

@@ -236,6 +236,22 @@ def agent_of(instance: str) -> str | None:
     return None
 
 
+def shipped_agents(server: str) -> list[str]:
+    """The agents NeMo Gym's own configs for `server` (its `configs/*.yaml`) run it with, e.g.
+    `["tool_simulation_agent"]`: what recorded its rollouts where a recording names no agent."""
+    found: set[str] = set()
+    for file in sorted((server_dir(server) / "configs").glob("*.yaml")):
+        try:
+            raw = yaml.safe_load(_with_defaults(file.read_text()))
+        except (OSError, yaml.YAMLError):
+            continue
+        for entry in raw.values() if isinstance(raw, dict) else ():
+            agents = entry.get(AGENTS) if isinstance(entry, dict) else None
+            if isinstance(agents, dict):
+                found.update(str(name) for name in agents)
+    return sorted(found)
+
+
 def agent_instance_config(instance: str) -> dict[str, Any]:
     """What an agent instance of NeMo Gym's shipped configs sets for its agent (a row's `agent_ref.name`, e.g.
     `grl_sokoban_gymnasium_agent` → `{max_steps: 20, ...}`), over what the instances it inherits from set; `{}` for
