@@ -151,6 +151,27 @@ class LiveJudge:
         return await responses_over_chat(self.live, chat)
 
 
+def recording_agent(server: str, recorded: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """`(instance, agent, config)` that made a recording: the agent instance its `agent_ref` names, else the one
+    the server's own configs define (else the agent all their instances run, with its defaults), else
+    simple_agent; the config is what the instance sets (e.g. circle_click_simple_agent's max_steps: 1)."""
+    from gym_serve.environment.nemo_gym import catalog
+
+    instance = str((recorded.get("agent_ref") or {}).get("name") or "")
+    if not catalog.agent_of(instance):
+        shipped = catalog.shipped_agent_instances(server)
+        agents = {catalog.agent_of(name) for name in shipped}
+        if len(shipped) == 1:
+            instance = shipped[0]
+        elif len(agents) == 1 and None not in agents:
+            return "", str(agents.pop()), {}
+    agent = catalog.agent_of(instance)
+    if agent is None:
+        return "", "simple_agent", {}
+    config = {k: v for k, v in catalog.agent_instance_config(instance).items() if k not in INSTANCE_ONLY}
+    return instance, agent, config
+
+
 INSTANCE_ONLY = ("entrypoint", "resources_server", "model_server", "datasets")
 """What an agent instance's shipped block names that is not the agent's to take here: where it runs, the servers
 it reaches (the survey routes them), the datasets NeMo Gym's CLI collects from."""
@@ -168,7 +189,6 @@ async def replay_one(
     """One recording: gym-serve's own loop first; where the replay model misses (a recording another agent made),
     the NeMo Gym agent that made it, hosted unchanged. Judge calls go to the replay model over the recording's own
     judge calls, where NeMo Gym kept them; `endpoints` are the addresses a server may look its judges up by."""
-    from gym_serve.environment.nemo_gym import catalog
     from gym_serve.environment.nemo_gym.agents import NemoGymAgent
     from gym_serve.environment.nemo_gym.host import hosted_server
     from gym_serve.environment.nemo_gym.routes import Routes
@@ -197,11 +217,7 @@ async def replay_one(
         first = f"{type(e).__name__}: {e}"
         if failure_kind(e) is not FailureKind.REPLAY_MISS:
             return {"agent": "gym-serve", "reward": None, "error": first, "where": server_line(e)}
-    instance = str((recorded.get("agent_ref") or {}).get("name") or "")
-    shipped_agents = catalog.shipped_agents(server)  # where the recording names no agent: the one its configs run
-    agent = catalog.agent_of(instance) or (shipped_agents[0] if len(shipped_agents) == 1 else "simple_agent")
-    shipped = catalog.agent_instance_config(instance) if catalog.agent_of(instance) else {}
-    config = {k: v for k, v in shipped.items() if k not in INSTANCE_ONLY}  # e.g. gymnasium_agent's max_steps
+    _, agent, config = recording_agent(server, recorded)
     policy, routes, judging = fresh()
     routes.models["policy_model"] = policy.responses
     host = hosted_server(server, routes=routes, endpoints=endpoints)

@@ -281,8 +281,9 @@ def test_an_agent_instance_gives_the_config_its_rollouts_were_recorded_with() ->
     assert catalog.agent_instance_config("no_such_instance") == {}
 
 
-def test_the_agents_a_servers_own_configs_run_it_with_are_named() -> None:
-    """single_step_tool_use_with_argument_comparison's recordings name no agent; its configs all run
-    tool_simulation_agent, which asks the model once and verifies, running no tool (one recording ends in a call)."""
-    assert catalog.shipped_agents("single_step_tool_use_with_argument_comparison") == ["tool_simulation_agent"]
-    assert catalog.shipped_agents("mcqa") == ["simple_agent"]
+def test_the_agent_instances_a_servers_own_configs_define_are_named() -> None:
+    """circle_click's recordings name no agent; its one instance caps simple_agent at one step."""
+    assert catalog.shipped_agent_instances("circle_click") == ["circle_click_simple_agent"]
+    assert catalog.agent_instance_config("circle_click_simple_agent")["max_steps"] == 1
+    instances = catalog.shipped_agent_instances("single_step_tool_use_with_argument_comparison")
+    assert len(instances) == 6 and {catalog.agent_of(name) for name in instances} == {"tool_simulation_agent"}

@@ -186,3 +186,15 @@ def test_the_address_a_server_looks_its_judge_up_by_answers_every_request_and_is
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(request, timeout=10)
         assert e.value.code == 404 and b"through gym-serve's routes" in e.value.read()
+
+
+def test_a_recording_is_replayed_by_the_agent_instance_that_made_it() -> None:
+    """Named by `agent_ref`; else the server's one shipped instance; else the one agent all its instances run."""
+    sokoban = {"agent_ref": {"type": "responses_api_agents", "name": "grl_sokoban_gymnasium_agent"}}
+    instance, agent, config = survey.recording_agent("grl_sokoban", sokoban)
+    assert (instance, agent, config["max_steps"]) == ("grl_sokoban_gymnasium_agent", "gymnasium_agent", 20)
+    assert not set(config) & set(survey.INSTANCE_ONLY)
+    circle_click = survey.recording_agent("circle_click", {})
+    assert circle_click == ("circle_click_simple_agent", "simple_agent", {"max_steps": 1})
+    single_step = "single_step_tool_use_with_argument_comparison"
+    assert survey.recording_agent(single_step, {}) == ("", "tool_simulation_agent", {})

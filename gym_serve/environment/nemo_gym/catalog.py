@@ -236,19 +236,18 @@ def agent_of(instance: str) -> str | None:
     return None
 
 
-def shipped_agents(server: str) -> list[str]:
-    """The agents NeMo Gym's own configs for `server` (its `configs/*.yaml`) run it with, e.g.
-    `["tool_simulation_agent"]`: what recorded its rollouts where a recording names no agent."""
+def shipped_agent_instances(server: str) -> list[str]:
+    """The agent instances NeMo Gym's own configs for `server` (its `configs/*.yaml`) define, e.g.
+    `["circle_click_simple_agent"]`: what recorded its rollouts where a recording names no agent."""
     found: set[str] = set()
     for file in sorted((server_dir(server) / "configs").glob("*.yaml")):
         try:
             raw = yaml.safe_load(_with_defaults(file.read_text()))
         except (OSError, yaml.YAMLError):
             continue
-        for entry in raw.values() if isinstance(raw, dict) else ():
-            agents = entry.get(AGENTS) if isinstance(entry, dict) else None
-            if isinstance(agents, dict):
-                found.update(str(name) for name in agents)
+        for name, entry in raw.items() if isinstance(raw, dict) else ():
+            if isinstance(entry, dict) and isinstance(entry.get(AGENTS), dict) and entry[AGENTS]:
+                found.add(str(name))
     return sorted(found)
 
 
