@@ -443,6 +443,10 @@ OVERRIDES: dict[str, tuple[str, str]] = {
     ),
     "iheval": (f"{SERVER_BUG}: `resources_servers/iheval/app.py:769` passes `row_id` twice", "run kept no trace"),
     "omniscience": (f"{SERVER_BUG}: `resources_servers/omniscience/app.py:330` passes `verdict` twice", "idem"),
+    "math_with_code": (
+        f"{OLD_RECORDING}: its tool's answer since gained `success`, `error_message`",
+        "a replay miss after the first tool call; app.py:49 answers both, the recorded tool outputs have neither",
+    ),
     "mcqa": (f"{OLD_RECORDING}: 0.7.0 scores #2 1.0", "a reward; tests/test_nemo_gym_servers.py's KNOWN"),
     "math_with_judge": (f"{LOADED_CPU}: math-verify's 5 s", "a reward; tests/test_nemo_gym_servers.py's SLOW_MATH"),
 }
