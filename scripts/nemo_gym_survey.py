@@ -30,8 +30,10 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +60,12 @@ def survey_one(server: str) -> dict[str, Any]:
         return {**result, "stage": "recordings", "error": f"{type(e).__name__}: {e}"}
     if not pairs:
         return {**result, "stage": "recordings", "error": "no data/example_rollouts.jsonl recordings"}
-    models = {"policy_model", *catalog.model_references(catalog.server_config_defaults(server)).values()}
+    references = set(catalog.model_references(catalog.server_config_defaults(server)).values())
+    models = {"policy_model", *references}
+    endpoints = dict.fromkeys(references, model_address())
     judged = sum(bool(recorded_judge_calls(recorded)) for _, recorded in pairs)
     try:
-        hosted_server(server)  # builds once here, so a server that cannot start says so as such
+        hosted_server(server, endpoints=endpoints)  # builds once here, so a server that cannot start says so
     except Exception as e:  # a package it imports only when it starts is still a missing dependency
         stage = "dependencies" if "is not installed here" in str(e) else "build"
         return {**result, "stage": stage, "error": f"{type(e).__name__}: {e}", "where": server_line(e)}
@@ -72,7 +76,7 @@ def survey_one(server: str) -> dict[str, Any]:
         judge = HTTPEndpoint(url, timeout_s=300, max_retries=1) if url else None
         with tempfile.TemporaryDirectory() as tmp:
             for i, (row, recorded) in enumerate(pairs):
-                outcome = await replay_one(server, row, recorded, models, Path(tmp) / str(i), judge)
+                outcome = await replay_one(server, row, recorded, models, endpoints, Path(tmp) / str(i), judge)
                 agents.add(outcome["agent"])
                 if outcome["reward"] is not None and outcome["live_judge_calls"]:
                     live += 1  # its judge was live, not NeMo Gym's recorded verdict: it ran, nothing to compare
@@ -147,13 +151,44 @@ class LiveJudge:
         return await responses_over_chat(self.live, chat)
 
 
+def recording_agent(server: str, recorded: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """`(instance, agent, config)` that made a recording: the agent instance its `agent_ref` names, else the one
+    the server's own configs define (else the agent all their instances run, with its defaults), else
+    simple_agent; the config is what the instance sets (e.g. circle_click_simple_agent's max_steps: 1)."""
+    from gym_serve.environment.nemo_gym import catalog
+
+    instance = str((recorded.get("agent_ref") or {}).get("name") or "")
+    if not catalog.agent_of(instance):
+        shipped = catalog.shipped_agent_instances(server)
+        agents = {catalog.agent_of(name) for name in shipped}
+        if len(shipped) == 1:
+            instance = shipped[0]
+        elif len(agents) == 1 and None not in agents:
+            return "", str(agents.pop()), {}
+    agent = catalog.agent_of(instance)
+    if agent is None:
+        return "", "simple_agent", {}
+    config = {k: v for k, v in catalog.agent_instance_config(instance).items() if k not in INSTANCE_ONLY}
+    return instance, agent, config
+
+
+INSTANCE_ONLY = ("entrypoint", "resources_server", "model_server", "datasets")
+"""What an agent instance's shipped block names that is not the agent's to take here: where it runs, the servers
+it reaches (the survey routes them), the datasets NeMo Gym's CLI collects from."""
+
+
 async def replay_one(
-    server: str, row: dict[str, Any], recorded: dict[str, Any], models: set[str], folder: Path, judge: Any
+    server: str,
+    row: dict[str, Any],
+    recorded: dict[str, Any],
+    models: set[str],
+    endpoints: dict[str, str],
+    folder: Path,
+    judge: Any,
 ) -> dict[str, Any]:
     """One recording: gym-serve's own loop first; where the replay model misses (a recording another agent made),
     the NeMo Gym agent that made it, hosted unchanged. Judge calls go to the replay model over the recording's own
-    judge calls, where NeMo Gym kept them."""
-    from gym_serve.environment.nemo_gym import catalog
+    judge calls, where NeMo Gym kept them; `endpoints` are the addresses a server may look its judges up by."""
     from gym_serve.environment.nemo_gym.agents import NemoGymAgent
     from gym_serve.environment.nemo_gym.host import hosted_server
     from gym_serve.environment.nemo_gym.routes import Routes
@@ -172,7 +207,7 @@ async def replay_one(
         return ReplayModel([folder / "policy.jsonl"]), routes, judging
 
     policy, routes, judging = fresh()
-    host = hosted_server(server, routes=routes)
+    host = hosted_server(server, routes=routes, endpoints=endpoints)
     try:
         rollout = await run_episode(
             row, model=policy, env=host, env_info=host.describe(), config=AgentConfig(max_steps=50)
@@ -182,22 +217,54 @@ async def replay_one(
         first = f"{type(e).__name__}: {e}"
         if failure_kind(e) is not FailureKind.REPLAY_MISS:
             return {"agent": "gym-serve", "reward": None, "error": first, "where": server_line(e)}
-    agent = catalog.agent_of(str((recorded.get("agent_ref") or {}).get("name") or "")) or "simple_agent"
+    _, agent, config = recording_agent(server, recorded)
     policy, routes, judging = fresh()
     routes.models["policy_model"] = policy.responses
-    host = hosted_server(server, routes=routes)
+    host = hosted_server(server, routes=routes, endpoints=endpoints)
 
     async def to_server(method: str, path: str, body: bytes, cookies: dict[str, str]) -> Any:
         return await host.http(path, body, cookies)
 
     routes.apps[server] = to_server
     try:
-        hosted = NemoGymAgent(agent, instance="survey_agent", routes=routes, resources_server=server)
+        hosted = NemoGymAgent(agent, instance="survey_agent", routes=routes, resources_server=server, config=config)
         rollout = await hosted.run(row)
         return {"agent": agent, "reward": float(rollout["reward"]), "live_judge_calls": judging.calls}
     except Exception as e:
         error = f"{first}; {agent}: {type(e).__name__}: {e}"
         return {"agent": agent, "reward": None, "error": error, "where": server_line(e)}
+
+
+_started: dict[str, str] = {}
+"""`model_address`'s one address per process (a plain dict: a Ray worker gets `survey_one` and what it calls by
+value, and a `functools.cache` wrapper would be looked up by name in the worker's `__main__`)."""
+
+
+def model_address() -> str:
+    """The address a server finds its judge models at (`endpoints`), where it looks one up in NeMo Gym's global
+    config instead of calling it by name (xstest polls its judge's address, and posts to it, before it starts):
+    a local HTTP server, started once per process, that answers every request 404. The judge calls themselves go
+    by name, and a name the host routes is never called over HTTP (`routes.routed_server_client`)."""
+
+    class NotHere(BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            body = b'{"detail":"the survey\'s models answer by name, through gym-serve\'s routes"}'
+            self.send_response(404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = answer
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+    if "address" not in _started:
+        http = ThreadingHTTPServer(("127.0.0.1", 0), NotHere)
+        threading.Thread(target=http.serve_forever, daemon=True).start()
+        _started["address"] = f"http://127.0.0.1:{http.server_address[1]}"
+    return _started["address"]
 
 
 def run_isolated(server: str, timeout_s: float) -> dict[str, Any]:
@@ -260,6 +327,7 @@ LIBRARY = "not a server"
 HOST_GAP = "a gap in gym-serve's host"
 OLD_RECORDING = "recorded by an older NeMo Gym"
 LOADED_CPU = "a time limit the loaded CPU misses"
+NO_JUDGE = "needs a live judge"
 UNEXPLAINED = "not yet explained"
 FURTHER_REASONS = {
     OTHER_AGENT: "NeMo Gym recorded them with an agent that is not among its agents, or that fails or misses hosted",
@@ -270,6 +338,7 @@ FURTHER_REASONS = {
     HOST_GAP: "what gym-serve's host or this survey does not do yet: ours to close",
     OLD_RECORDING: "NeMo Gym 0.7.0 itself scores the recording otherwise",
     LOADED_CPU: "a check's own time limit, missed on a loaded CPU",
+    NO_JUDGE: "model calls NeMo Gym did not record (a judge, a simulator), and the run had no `--judge-url`",
     UNEXPLAINED: "a replay miss or a reward nobody has traced yet",
 }
 """Where none of the issue's five fits: each named for what it is, and what it means (the table's legend)."""
@@ -337,7 +406,6 @@ OVERRIDES: dict[str, tuple[str, str]] = {
         "a timeout; ccc_eval.py runs code over HTTP",
     ),
     "critpt": (f"{NETWORK}: artificialanalysis.ai's API", "a timeout; its verify posts to that API (app.py:138)"),
-    "code_fim": (f"{HOST_GAP}: its packages are in pyproject.toml", "the check reads requirements.txt only"),
     "ether0": (f"{UNREGISTERED}: `ether0`", "the text says unlisted; ether0 is on GitHub, not on PyPI"),
     "wordle": (f"{NETWORK}: its word list", "a missing file; generate_data.py, which makes it, downloads it"),
     "vibench": (f"{NETWORK}: a checkout of the VIBench repository", "a missing file under VIBENCH_REPO_ROOT"),
@@ -345,20 +413,40 @@ OVERRIDES: dict[str, tuple[str, str]] = {
     "math_formal_lean": (f"{SANDBOX}: a Lean sandbox over HTTP", "a reward; only the recording its sandbox proved"),
     "swerl_gen": (f"{SANDBOX}: the task's image", "a reward; only the recording its sandbox passed (its README)"),
     "blackjack": (UNSEEDED, "a replay miss; task_data.py: dealt from a fresh unseeded random.Random() per session"),
-    "grl_sokoban": (f"{LOST_TASK}: its `seed`", "a replay miss; no example row's prompt begins the recording's"),
-    "grl_tetris": (f"{LOST_TASK}: its `seed`", "a replay miss; no example row's prompt begins the recording's"),
-    "openair_congestion": (
-        f"{UNEXPLAINED}: its 5 example rows share one prompt",
-        "a replay miss; seeded by the task's `seed`, but the join by prompt cannot tell which row a recording used",
+    "grl_tetris": (
+        f"{UNSEEDED}: each piece after the first",
+        "a replay miss; reset seeds the first board, tetris_env.py:134 draws later pieces from the unseeded `random`",
     ),
+    "openair_congestion": (
+        f"{NO_RECORDINGS}: written by a scripted policy",
+        "a replay miss; generate_example_rollouts.py wrote them: one call, no observation in its input",
+    ),
+    "finance_sec_search": (f"{NETWORK}: SEC's company_tickers.json", "app.py:712 downloads it from sec.gov at start"),
     "gdpval": (f"{OTHER_AGENT}: `stirrup_agent` fails hosted", "the text is the hosted agent's own error"),
+    "example_mcp_weather": (
+        f"{OTHER_AGENT}: `claude_code_agent`, over MCP",
+        "a replay miss; its one shipped agent is Claude Code reaching the tools over MCP: it saw the tool's text, "
+        "the host's route answers JSON",
+    ),
     "toolsandbox": (f"{OTHER_AGENT}: `toolsandbox_agent` misses", "a replay miss of that agent, hosted"),
-    "gdp_pdf": (
-        f"{HOST_GAP}: judge calls recorded as Chat Completions are not replayed",
-        "judge_failed; recorded_judge_calls reads `responses_create_params` pairs, it kept `chat_create_params`",
+    "conversational_tool_use_simulation": (
+        f"{NO_JUDGE}: its `simulator_model` plays the user and the tools, and judges",
+        "a reward; the calls it makes to `simulator_model` are not in the recordings (no judge calls kept)",
+    ),
+    "speed_bench": (
+        f"{HOST_GAP}: `${{policy_base_url}}`, for the policy's vLLM /metrics",
+        "its verify reads speculative-decoding counters from the policy server's /metrics; the host gives no URL",
+    ),
+    "verifif": (
+        f"{HOST_GAP}: `${{policy_base_url}}`, its judge's URL",
+        "its judge is the policy over HTTP; the host gives no URL, and no judge verdict was recorded",
     ),
     "iheval": (f"{SERVER_BUG}: `resources_servers/iheval/app.py:769` passes `row_id` twice", "run kept no trace"),
     "omniscience": (f"{SERVER_BUG}: `resources_servers/omniscience/app.py:330` passes `verdict` twice", "idem"),
+    "math_with_code": (
+        f"{OLD_RECORDING}: its tool's answer since gained `success`, `error_message`",
+        "a replay miss after the first tool call; app.py:49 answers both, the recorded tool outputs have neither",
+    ),
     "mcqa": (f"{OLD_RECORDING}: 0.7.0 scores #2 1.0", "a reward; tests/test_nemo_gym_servers.py's KNOWN"),
     "math_with_judge": (f"{LOADED_CPU}: math-verify's 5 s", "a reward; tests/test_nemo_gym_servers.py's SLOW_MATH"),
 }

@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from gym_serve.analysis.check import recorded_judge_calls, recorded_rollouts
+from gym_serve.analysis.check import recorded_rollouts
 from gym_serve.environment.nemo_gym import catalog, requirements
 from gym_serve.environment.nemo_gym.agents import NemoGymAgent
 from gym_serve.environment.nemo_gym.host import NemoGymServer, hosted_server
 from gym_serve.environment.nemo_gym.routes import Routes, UnroutedServerError
-from gym_serve.errors import ConfigError, FailureKind, failure_kind
+from gym_serve.errors import ConfigError, EnvError, FailureKind, failure_kind
 from gym_serve.rollout.loop import AgentConfig, run_episode
-from gym_serve.rollout.replay import ReplayModel
+from gym_serve.rollout.replay import ReplayModel, recorded_judge_calls
 from gym_serve.serving.config import validate_app_args
 from gym_serve.wire.pieces import assistant_message
 
@@ -215,3 +215,75 @@ def test_requirements_that_cannot_be_installed_are_named_at_deploy_time_with_the
     assert "key `applications[a].args.environment.server`" in message
     assert "`git+https://github.com/abukharin-nv/verifiable-instructions.git`: a URL, not a package" in message
     assert message.endswith("instruction_following/requirements.txt)")
+
+
+def test_packages_a_server_lists_in_its_pyproject_are_read_and_a_git_source_is_named_as_a_url() -> None:
+    """code_fim lists `human-eval-infilling` in pyproject.toml only, taken from git by `[tool.uv.sources]`."""
+    lines = [line for line, _ in catalog.requirements(catalog.server_dir("code_fim"))]
+    assert lines == ["human-eval-infilling @ git+https://github.com/wasiahmad/human-eval-infilling.git"]
+    found = requirements.problems("code_fim")
+    assert found == [f"`{lines[0]}`: a URL, not a package on the registries (install it into the image yourself)"]
+    environment = {"kind": "nemo_gym", "server": "code_fim", "dependencies": "pip"}
+    with pytest.raises(ConfigError) as e:
+        validate_app_args({"environment": environment}, source="app.yaml", app="a")
+    assert str(e.value).endswith("code_fim/pyproject.toml)")
+
+
+def test_a_pyproject_dependency_from_a_registry_stays_a_plain_requirement(tmp_path: Path) -> None:
+    (tmp_path / "requirements.txt").write_text("tiktoken\n")
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\ndependencies = ["nemo-gym[dev]", "json-repair==0.53.0", "tiktoken>=0.7", "pkg"]\n'
+        '[tool.uv.sources]\nnemo-gym = { path = "../..", editable = true }\n'
+        'pkg = { git = "https://example.org/pkg.git", rev = "abc123" }\n'
+    )
+    lines = [line for line, _ in catalog.requirements(tmp_path)]
+    assert lines == ["tiktoken", "json-repair==0.53.0", "pkg @ git+https://example.org/pkg.git@abc123"]
+
+
+def test_a_config_value_that_selects_a_global_key_gets_its_default() -> None:
+    """finance_sec_search's `${oc.select:use_cache,false}`: a hosted server's global config has no such key."""
+    defaults = catalog.server_config_defaults("finance_sec_search")
+    assert defaults["use_cache"] is False and defaults["cache_dir"] is None
+    assert not any("${" in str(value) for value in defaults.values())
+
+
+def test_an_agent_in_a_nested_folder_is_found_with_its_config() -> None:
+    agent = "conversational_tool_use/simulation"
+    assert catalog.agent_of("conversational_tool_use_agent") == agent
+    folder = catalog.agent_dir(agent)
+    assert catalog.module_of(folder) == "responses_api_agents.conversational_tool_use.simulation.app"
+    assert catalog.agent_config_defaults(agent)["seed_first_user_message"] is True
+    with pytest.raises(EnvError, match=r"unknown NeMo Gym agent `\.\./resources_servers/mcqa`"):
+        catalog.agent_dir("../resources_servers/mcqa")
+
+
+@pytest.mark.asyncio
+async def test_every_answer_within_a_session_sets_its_cookie_again_as_nemo_gyms_session_middleware_does() -> None:
+    """Some agents (conversational_tool_use/simulation) carry on with only the cookies of the last answer."""
+    from gym_serve.environment.nemo_gym.host import SESSION_COOKIE
+
+    host = built("example_single_tool_call")
+    row = json.loads((catalog.data_dir("example_single_tool_call") / "example.jsonl").read_text().splitlines()[0])
+    status, _, cookies = await host.http("/seed_session", json.dumps(row).encode(), {})
+    assert status == 200 and set(cookies) == {SESSION_COOKIE}
+    status, body, again = await host.http("/get_weather", b'{"city": "sf"}', cookies)
+    assert status == 200 and b"sf" in body.lower()
+    assert again == cookies
+    verify = {**row, "response": {"output": [assistant_message("It is cold.", "msg_1")]}}
+    *_, after = await host.http("/verify", json.dumps(verify).encode(), again)
+    assert after == {} and host.open_sessions == 0  # the session ended: nothing names it any more
+
+
+def test_an_agent_instance_gives_the_config_its_rollouts_were_recorded_with() -> None:
+    """grl_sokoban's recordings ran 20 steps under `grl_sokoban_gymnasium_agent` (gymnasium_agent's default: 10)."""
+    shipped = catalog.agent_instance_config("grl_sokoban_gymnasium_agent")
+    assert shipped["max_steps"] == 20 and shipped["resources_server"]["name"] == "grl_sokoban"
+    assert catalog.agent_instance_config("no_such_instance") == {}
+
+
+def test_the_agent_instances_a_servers_own_configs_define_are_named() -> None:
+    """circle_click's recordings name no agent; its one instance caps simple_agent at one step."""
+    assert catalog.shipped_agent_instances("circle_click") == ["circle_click_simple_agent"]
+    assert catalog.agent_instance_config("circle_click_simple_agent")["max_steps"] == 1
+    instances = catalog.shipped_agent_instances("single_step_tool_use_with_argument_comparison")
+    assert len(instances) == 6 and {catalog.agent_of(name) for name in instances} == {"tool_simulation_agent"}

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from ray import serve
 
-from gym_serve.analysis.check import recorded_judge_calls, recorded_rollouts
+from gym_serve.analysis.check import recorded_rollouts
 from gym_serve.deployments.app import build_app
 from gym_serve.errors import FailureKind, failure_kind
+from gym_serve.rollout.replay import recorded_judge_calls
 from gym_serve.serving.config import validate_app_args
 from gym_serve.testing.fixtures import unique
 

@@ -172,3 +172,29 @@ def test_render_only_writes_the_table_from_stored_results_and_runs_no_server(tmp
         [*command[:3], "--results", str(tmp_path / "none.json")], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert missing.returncode == 2 and "none.json is no file" in missing.stderr
+
+
+def test_the_address_a_server_looks_its_judge_up_by_answers_every_request_and_is_started_once() -> None:
+    """xstest polls its judge's address and posts to it before it starts (any HTTP answer will do); its judge calls
+    go by name through the host's routes, so the address answers each request 404, saying so."""
+    import urllib.error
+    import urllib.request
+
+    address = survey.model_address()
+    assert address == survey.model_address() and address.startswith("http://127.0.0.1:")
+    for request in (urllib.request.Request(address), urllib.request.Request(f"{address}/v1/responses", b"{}")):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(request, timeout=10)
+        assert e.value.code == 404 and b"through gym-serve's routes" in e.value.read()
+
+
+def test_a_recording_is_replayed_by_the_agent_instance_that_made_it() -> None:
+    """Named by `agent_ref`; else the server's one shipped instance; else the one agent all its instances run."""
+    sokoban = {"agent_ref": {"type": "responses_api_agents", "name": "grl_sokoban_gymnasium_agent"}}
+    instance, agent, config = survey.recording_agent("grl_sokoban", sokoban)
+    assert (instance, agent, config["max_steps"]) == ("grl_sokoban_gymnasium_agent", "gymnasium_agent", 20)
+    assert not set(config) & set(survey.INSTANCE_ONLY)
+    circle_click = survey.recording_agent("circle_click", {})
+    assert circle_click == ("circle_click_simple_agent", "simple_agent", {"max_steps": 1})
+    single_step = "single_step_tool_use_with_argument_comparison"
+    assert survey.recording_agent(single_step, {}) == ("", "tool_simulation_agent", {})

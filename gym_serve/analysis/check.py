@@ -54,7 +54,7 @@ from gym_serve.wire.jsonl import read_jsonl, scan_jsonl
 from gym_serve.wire.pieces import field_path
 from gym_serve.wire.responses import row_problems
 
-__all__ = ["EnvReport", "check_environment", "recorded_rollouts"]
+__all__ = ["EnvReport", "check_environment", "join_recordings", "recorded_rollouts"]
 
 MIN_ROWS = 5
 HOSTED_VERIFY_BUDGET_S = 10.0
@@ -139,25 +139,60 @@ def check_environment(
 
 
 def recorded_rollouts(server: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """`(task row, recorded rollout)` for each of NeMo Gym's recordings of a server (`data/example_rollouts.jsonl`).
+    """`(task row, recorded rollout)` for each of NeMo Gym's recordings of a server (`data/example_rollouts.jsonl`),
+    each joined to its `data/example.jsonl` row by `join_recordings`."""
+    data = nemo_gym.data_dir(server)
+    examples = [row for _, row in read_jsonl(data / "example.jsonl")]
+    return join_recordings(examples, [recorded for _, recorded in read_jsonl(data / "example_rollouts.jsonl")])
+
+
+def join_recordings(
+    examples: list[dict[str, Any]], recordings: list[dict[str, Any]]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """`(task row, recorded rollout)` for each recording, its task row found among `examples`.
 
     A recorded rollout row is the server's verify response: it keeps only the
     fields the server's response model declares, so the task fields verify
-    needs are joined back from the `data/example.jsonl` row with the same
-    prompt. A recording whose prompt is in no example row is its own task row
-    (less `response` and `reward`, and less the request fields it recorded as
-    null, which NeMo Gym's request models would refuse): the fields it kept are
-    all there is.
+    needs (a `seed`, the answer) are joined back from the example row it ran.
+    That row is the one at the recording's `_ng_task_index` (NeMo Gym numbers
+    the input rows in order) where the index is in range and its row has the
+    recording's prompt, or, where no row has it, begins it: a Gymnasium-style
+    recording's prompt holds the first observation too, and several rows may
+    share one prompt with different seeds. Else it is the row with the
+    recording's prompt. The task fields the recording kept are the values it
+    ran with, so they replace the row's. A recording no row matches
+    is its own task row (less `response` and `reward`, and less the request
+    fields it recorded as null, which NeMo Gym's request models would refuse):
+    the fields it kept are all there is.
+
+    >>> rows = [{"responses_create_params": {"input": "Play."}, "seed": s} for s in (1, 2)]
+    >>> [row["seed"] for row, _ in join_recordings(rows, [{**rows[0], "_ng_task_index": 1, "seed": 2}])]
+    [2]
     """
-    data = nemo_gym.data_dir(server)
-    examples = {_prompt_key(row): row for _, row in read_jsonl(data / "example.jsonl")}
+    by_prompt: dict[str, list[int]] = defaultdict(list)
+    for index, row in enumerate(examples):
+        by_prompt[_prompt_key(row)].append(index)
     pairs = []
-    for _, recorded in read_jsonl(data / "example_rollouts.jsonl"):
+    for recorded in recordings:
         own = {k: v for k, v in recorded.items() if k not in ("response", "reward")}
         if isinstance(own.get("responses_create_params"), dict):
             own["responses_create_params"] = {k: v for k, v in own["responses_create_params"].items() if v is not None}
-        pairs.append((examples.get(_prompt_key(recorded), own), recorded))
+        same_prompt = by_prompt.get(_prompt_key(recorded), [])
+        task_index = recorded.get("_ng_task_index")
+        if isinstance(task_index, int) and 0 <= task_index < len(examples):
+            if task_index in same_prompt or (not same_prompt and _begins(examples[task_index], recorded)):
+                same_prompt = [task_index]
+        row = examples[same_prompt[-1]] if same_prompt else own
+        kept = {k: recorded[k] for k in row if k in recorded and k not in ("responses_create_params", "agent_ref")}
+        pairs.append(({**row, **kept}, recorded))
     return pairs
+
+
+def _begins(example: dict[str, Any], recorded: dict[str, Any]) -> bool:
+    """Whether `example`'s prompt begins `recorded`'s (which may go on with the first observation)."""
+    prompt = _prompt(_conversation(example["responses_create_params"]))
+    recorded_prompt = _prompt(_conversation(recorded["responses_create_params"]))
+    return conversation_key(recorded_prompt[: len(prompt)]) == conversation_key(prompt)
 
 
 def _check_rows(path: Path, task: type[Task] | None, report: EnvReport) -> list[tuple[int, dict[str, Any]]]:

@@ -33,6 +33,7 @@ from typing import Any
 
 from gym_serve.errors import InputError, ReplayMissError
 from gym_serve.verifiers.non_answer import REPLAY_MISS_PREFIX
+from gym_serve.wire.chat import chat_request_to_responses, chat_response_to_responses
 from gym_serve.wire.jsonl import read_jsonl
 from gym_serve.wire.pieces import assistant_message, input_items, usage
 
@@ -168,8 +169,17 @@ class ReplayModel:
 
 def recorded_judge_calls(recorded: dict[str, Any]) -> list[dict[str, Any]]:
     """The model calls a server made while NeMo Gym verified a recorded rollout, where it kept them: every
-    `{responses_create_params, response}` pair inside the row (`judge_evaluations`, `judge_evaluation`, ...),
-    as recordings of their own (`reward` 1.0)."""
+    `{responses_create_params, response}` pair inside the row (`judge_evaluations`, `judge_evaluation`, ...), and
+    every `{chat_create_params, response}` pair of a judge called over Chat Completions (`criterion_evaluations`),
+    as recordings of their own (`reward` 1.0). A Chat Completions pair is recorded in the Responses form the host
+    asks a Model tier in.
+
+    >>> chat = {"messages": [{"role": "user", "content": "Grade."}], "max_tokens": 9, "tools": None}
+    >>> answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "1"}, "finish_reason": "stop"}]}
+    >>> [call["responses_create_params"]["input"][0]["content"] for call in
+    ...     recorded_judge_calls({"evaluations": [{"chat_create_params": chat, "response": answer}]})]
+    ['Grade.']
+    """
     found: list[dict[str, Any]] = []
 
     def walk(value: Any, top: bool) -> None:
@@ -177,6 +187,12 @@ def recorded_judge_calls(recorded: dict[str, Any]) -> list[dict[str, Any]]:
             pair = "responses_create_params" in value and isinstance(value.get("response"), dict)
             if pair and not top and isinstance(value["response"].get("output"), list):
                 found.append({**{k: value[k] for k in ("responses_create_params", "response")}, "reward": 1.0})
+                return
+            chat = value.get("chat_create_params")
+            if isinstance(chat, dict) and isinstance(value.get("response"), dict) and value["response"].get("choices"):
+                request = chat_request_to_responses({k: v for k, v in chat.items() if v is not None})
+                response = chat_response_to_responses(value["response"])
+                found.append({"responses_create_params": request, "response": response, "reward": 1.0})
                 return
             for key, item in value.items():
                 if not (top and key in ("responses_create_params", "response")):

@@ -73,7 +73,6 @@ class NemoGymAgent:
         self.routes = routes
         self.app, self.server = build(
             catalog.agent_dir(agent),
-            catalog.AGENTS,
             instance,
             {key: self.config[key] for key in config or {}},  # what the caller set, merged (checked for typos)
             defaults=self.config,

@@ -21,6 +21,7 @@ import importlib.util
 import os
 import re
 import sys
+import tomllib
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,8 @@ def agent_dir(agent: str) -> Path:
 def _folder(package: str, name: str) -> Path:
     root = _root(package)
     path = root / name
-    if "/" not in name and name and (path / _entrypoint_name(path)).is_file():
+    nested = Path(name).parts  # an agent may sit in a nested folder: `conversational_tool_use/simulation`
+    if name and ".." not in nested and not Path(name).is_absolute() and (path / _entrypoint_name(path)).is_file():
         return path
     known = _available(package)
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
@@ -161,6 +163,22 @@ def entrypoint(server: str) -> Path:
 def entrypoint_of(folder: Path) -> Path:
     """The module file of the NeMo Gym server (or agent) in `folder`."""
     return folder / _entrypoint_name(folder)
+
+
+def module_of(folder: Path) -> str:
+    """The importable name of the entrypoint module in `folder`: `resources_servers.<server>.app`, or
+    `responses_api_agents.conversational_tool_use.simulation.app` for an agent in a nested folder."""
+    package, name = _place(folder)
+    return ".".join([package, *name.split("/"), entrypoint_of(folder).stem])
+
+
+def _place(folder: Path) -> tuple[str, str]:
+    """`(package, name)` of a server's or agent's folder: the package folder above it (`resources_servers`,
+    `responses_api_agents`) and the folder's path below that, as NeMo Gym's configs name it (`a/b` if nested)."""
+    for above in folder.parents:
+        if above.name in (SERVERS, AGENTS):
+            return above.name, folder.relative_to(above).as_posix()
+    return folder.parent.name, folder.name
 
 
 def server_class_name(server: str) -> str:
@@ -218,6 +236,34 @@ def agent_of(instance: str) -> str | None:
     return None
 
 
+def shipped_agent_instances(server: str) -> list[str]:
+    """The agent instances NeMo Gym's own configs for `server` (its `configs/*.yaml`) define, e.g.
+    `["circle_click_simple_agent"]`: what recorded its rollouts where a recording names no agent."""
+    found: set[str] = set()
+    for file in sorted((server_dir(server) / "configs").glob("*.yaml")):
+        try:
+            raw = yaml.safe_load(_with_defaults(file.read_text()))
+        except (OSError, yaml.YAMLError):
+            continue
+        for name, entry in raw.items() if isinstance(raw, dict) else ():
+            if isinstance(entry, dict) and isinstance(entry.get(AGENTS), dict) and entry[AGENTS]:
+                found.add(str(name))
+    return sorted(found)
+
+
+def agent_instance_config(instance: str) -> dict[str, Any]:
+    """What an agent instance of NeMo Gym's shipped configs sets for its agent (a row's `agent_ref.name`, e.g.
+    `grl_sokoban_gymnasium_agent` → `{max_steps: 20, ...}`), over what the instances it inherits from set; `{}` for
+    an instance the configs do not ship. Its rollouts were recorded with these values, not the agent's defaults."""
+    entry = _shipped_instances().get(instance)
+    if not isinstance(entry, dict):
+        return {}
+    inherited = agent_instance_config(str(entry.get("_inherit_from") or "")) if entry.get("_inherit_from") else {}
+    agents = entry.get(AGENTS)
+    own = next(iter(agents.values()), None) if isinstance(agents, dict) and agents else None
+    return {**inherited, **(own if isinstance(own, dict) else {})}
+
+
 @cache
 def _shipped_instances() -> dict[str, Any]:
     """Every top-level instance of NeMo Gym's shipped configs (servers' `configs/`, `benchmarks/`): name → block."""
@@ -226,7 +272,7 @@ def _shipped_instances() -> dict[str, Any]:
     files = sorted(root.glob(f"{SERVERS}/*/configs/*.yaml")) + sorted(root.glob("benchmarks/*/*.yaml"))
     for file in files:
         try:
-            raw = yaml.safe_load(_with_env_defaults(file.read_text()))
+            raw = yaml.safe_load(_with_defaults(file.read_text()))
         except (OSError, yaml.YAMLError):
             continue
         for name, entry in (raw or {}).items() if isinstance(raw, dict) else ():
@@ -296,7 +342,7 @@ def not_installed(path: Path, modules: list[str]) -> EnvError:
     wanted = [_package_for(module, listed) for module in modules]
     return EnvError(
         f"NeMo Gym server `{path.name}` imports what is not installed here: {'; '.join(wanted)}. "
-        f"Its requirements: {path / 'requirements.txt'}"
+        f"Its requirements: {requirement_files(path)}"
     )
 
 
@@ -307,33 +353,39 @@ def _entrypoint_name(path: Path) -> str:
 @cache
 def _config_block(path: Path) -> dict[str, Any]:
     """`path`'s block in its shipped configs: `<instance>: {<package>: {<folder>: {...}}}`."""
-    package = path.parent.name
+    package, name = _place(path)
     configs = path / "configs"
     files = sorted(configs.glob("*.yaml")) if configs.is_dir() else []
     preferred = configs / f"{path.name}.yaml"
     for file in ([preferred] if preferred in files else []) + files:
         try:
-            raw = yaml.safe_load(_with_env_defaults(file.read_text()))
+            raw = yaml.safe_load(_with_defaults(file.read_text()))
         except (OSError, yaml.YAMLError):
             continue
         for entry in (raw or {}).values() if isinstance(raw, dict) else ():
             block = entry.get(package) if isinstance(entry, dict) else None
-            if isinstance(block, dict) and isinstance(block.get(path.name), dict):
-                return block[path.name]
+            if isinstance(block, dict) and isinstance(block.get(name), dict):
+                return block[name]
     return {}
 
 
 _ENV_INTERPOLATION = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^}]*))?\}")
+_SELECT_INTERPOLATION = re.compile(r"\$\{oc\.select:([\w.]+)(?:,([^}]*))?\}")
 
 
-def _with_env_defaults(text: str) -> str:
-    """A config file's `${oc.env:NAME,default}` values resolved as NeMo Gym's config loader resolves them: the
-    variable where it is set, else the default (a YAML scalar), else null.
+def _with_defaults(text: str) -> str:
+    """A config file's `${oc.env:NAME,default}` and `${oc.select:KEY,default}` values resolved as NeMo Gym's config
+    loader resolves them here: the environment variable where it is set, else the default (a YAML scalar), else
+    null. `oc.select` picks a key of NeMo Gym's global config, and a hosted server's global config sets no such
+    key, so it is its default (after the `oc.env` it may hold).
 
-    >>> _with_env_defaults("port: ${oc.env:GYM_SERVE_DOCTEST_UNSET,6000}")
+    >>> _with_defaults("port: ${oc.env:GYM_SERVE_DOCTEST_UNSET,6000}")
     'port: 6000'
+    >>> _with_defaults("cache: ${oc.select:use_cache,false}; key: ${oc.select:k,${oc.env:GYM_SERVE_DOCTEST_UNSET}}")
+    'cache: false; key: null'
     """
-    return _ENV_INTERPOLATION.sub(lambda m: os.environ.get(m[1]) or (m[2] or "null").strip(), text)
+    text = _ENV_INTERPOLATION.sub(lambda m: os.environ.get(m[1]) or (m[2] or "null").strip(), text)
+    return _SELECT_INTERPOLATION.sub(lambda m: (m[2] or "null").strip(), text)
 
 
 def _check_openai() -> None:
@@ -354,11 +406,12 @@ def _check_openai() -> None:
 
 
 def requirements(path: Path) -> list[tuple[str, Requirement]]:
-    """`(line, requirement)` of the server's `requirements.txt`, NeMo Gym itself left out; URLs named by project."""
+    """`(line, requirement)` of the server's `requirements.txt` and its `pyproject.toml`'s dependencies (some
+    servers list theirs there), NeMo Gym itself left out; URLs named by project."""
     file = path / "requirements.txt"
     lines = file.read_text().splitlines() if file.is_file() else []
-    out = []
-    for raw in lines:
+    out: list[tuple[str, Requirement]] = []
+    for raw in lines + _pyproject_dependencies(path / "pyproject.toml"):
         line = raw.split("#", 1)[0].strip()
         if not line or line.startswith("-") or line.startswith("nemo-gym"):
             continue
@@ -368,8 +421,37 @@ def requirements(path: Path) -> list[tuple[str, Requirement]]:
             segment = line.rstrip("/").rsplit("/", 1)[-1]
             project = segment.split("-", 1)[0] if segment.endswith(".whl") else segment.removesuffix(".git")
             requirement = Requirement(canonicalize_name(project))
-        out.append((line, requirement))
+        if all(canonicalize_name(requirement.name) != canonicalize_name(r.name) for _, r in out):
+            out.append((line, requirement))
     return out
+
+
+def requirement_files(path: Path) -> str:
+    """Where the server in `path` lists its packages, for messages: `requirements.txt` and/or `pyproject.toml`."""
+    files = [path / name for name in ("requirements.txt", "pyproject.toml") if (path / name).is_file()]
+    return ", ".join(map(str, files or [path / "requirements.txt"]))
+
+
+def _pyproject_dependencies(file: Path) -> list[str]:
+    """`[project].dependencies` of a `pyproject.toml`, each as NeMo Gym's uv installs it: a dependency that
+    `[tool.uv.sources]` takes from git is that git URL (`name @ git+URL[@rev]`), whatever the registries hold."""
+    if not file.is_file():
+        return []
+    project = tomllib.loads(file.read_text())
+    sources = project.get("tool", {}).get("uv", {}).get("sources", {})
+    lines = []
+    for dependency in project.get("project", {}).get("dependencies", []):
+        try:
+            name = canonicalize_name(Requirement(dependency).name)
+        except InvalidRequirement:
+            lines.append(dependency)
+            continue
+        source = next((v for k, v in sources.items() if canonicalize_name(k) == name), None)
+        if isinstance(source, dict) and source.get("git"):
+            rev = source.get("rev") or source.get("tag") or source.get("branch")
+            dependency = f"{Requirement(dependency).name} @ git+{source['git']}" + (f"@{rev}" if rev else "")
+        lines.append(dependency)
+    return lines
 
 
 def _installed_version(distribution: str) -> str | None:
@@ -423,9 +505,9 @@ def _load_time_imports(file: Path) -> list[str]:
 
 
 def _package_for(module: str, requirements: list[tuple[str, Requirement]]) -> str:
-    """`module` with the requirement that provides it, where the server's `requirements.txt` names one."""
+    """`module` with the requirement that provides it, where the server's requirements name one."""
     for line, requirement in requirements:
         if canonicalize_name(requirement.name) == canonicalize_name(module):
             return f"module `{module}`: install `{line}`"
     listed = ", ".join(line for line, _ in requirements) or "nothing"
-    return f"module `{module}` (the server's requirements.txt lists: {listed})"
+    return f"module `{module}` (the server's requirements list: {listed})"

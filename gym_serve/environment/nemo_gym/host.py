@@ -129,7 +129,6 @@ class NemoGymServer:
         self.routes = routes or Routes()
         self.app, self.server = build(
             catalog.server_dir(server),
-            catalog.SERVERS,
             server,
             config or {},
             defaults=catalog.server_config_defaults(server),
@@ -258,7 +257,9 @@ class NemoGymServer:
 
         `/seed_session` (or a Gymnasium `/reset`) starts a session and names it in
         the `SESSION_COOKIE` it sets; later calls carrying that cookie run in that
-        session, which `/verify` (or `/close`) ends. An exception answers 500 with
+        session, which `/verify` (or `/close`) ends. Each answer within the session
+        sets the cookie again, as Starlette's session middleware does under NeMo Gym
+        (some agents carry on with only the cookies of the last answer). An exception answers 500 with
         its repr, as NeMo Gym's exception middleware does; a verify whose judge call
         failed raises `JudgeError` (the agent's rollout fails `judge_failed`).
         """
@@ -287,6 +288,8 @@ class NemoGymServer:
             set_cookies[SESSION_COOKIE] = key
         elif key is not None and (path in SESSION_ENDS or self.ends_session(path, raw)):
             await self._end_http(key, path)
+        elif key in self._sessions:  # as NeMo Gym's session middleware sets its cookie again on every answer:
+            set_cookies[SESSION_COOKIE] = key  # an agent may keep only the last answer's cookies
         return status, raw, set_cookies
 
     def ends_session(self, path: str, raw: bytes) -> bool:

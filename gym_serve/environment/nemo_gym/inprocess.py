@@ -36,7 +36,6 @@ Built = tuple[Any, Any]
 
 def build(
     folder: Path,
-    package: str,
     instance: str,
     config: dict[str, Any],
     *,
@@ -45,7 +44,7 @@ def build(
     endpoints: dict[str, str],
     keep_sessions: bool = False,
 ) -> Built:
-    """The server object and its app, for the NeMo Gym server in `folder` (a folder of `package`).
+    """The server object and its app, for the NeMo Gym server (or agent) in `folder`.
 
     `instance` is the server's name (what other servers call it by), `config`
     its config fields over `defaults` (what NeMo Gym ships for it). What
@@ -61,7 +60,7 @@ def build(
         from nemo_gym.server_utils import _validation_exception_handler
 
         entry = catalog.entrypoint_of(folder)
-        module = importlib.import_module(f"{package}.{folder.name}.{entry.stem}")
+        module = importlib.import_module(catalog.module_of(folder))
     cls = getattr(module, catalog.class_name_of(entry))
     config_cls = cls.model_fields["config"].annotation
     fields = set(config_cls.model_fields)

@@ -44,7 +44,7 @@ _KEPT = ("gym-serve", "nemo-gym")
 
 
 def to_install(server: str) -> list[str]:
-    """The lines of the server's `requirements.txt` that name a distribution not installed here."""
+    """The lines of the server's requirements (`catalog.requirements`) that name a distribution not installed here."""
     return [line for line, requirement in _lines(server) if _installed(requirement.name) is None]
 
 
@@ -78,7 +78,7 @@ def problems(server: str) -> list[str]:
     for module in catalog.missing_modules(server):
         if canonicalize_name(module) not in provided and not _provided_by_a_line(module, lines):
             found.append(
-                f"module `{module}`: imported by the server, provided by no line of its requirements.txt "
+                f"module `{module}`: imported by the server, provided by no line of its requirements "
                 "(a system package, or a package it forgot to list)"
             )
     return found
@@ -88,8 +88,8 @@ def check_installable(server: str) -> None:
     """Raise `EnvError` naming every requirement of `server` that cannot be installed (see `problems`)."""
     found = problems(server)
     if found:
-        path = catalog.server_dir(server) / "requirements.txt"
-        raise EnvError(f"NeMo Gym server `{server}` needs what cannot be installed: {'; '.join(found)}. ({path})")
+        files = catalog.requirement_files(catalog.server_dir(server))
+        raise EnvError(f"NeMo Gym server `{server}` needs what cannot be installed: {'; '.join(found)}. ({files})")
 
 
 def _lines(server: str) -> list[tuple[str, Requirement]]:
