@@ -30,8 +30,6 @@ from gym_serve.sandbox import Base, CommandNotFound, Endpoint, Limits, SandboxEr
 __all__ = ["SandboxWorkspace", "SandboxWorkspaces"]
 
 INSIDE = Path("/workspace")
-EMPTY_BASE = Path(tempfile.gettempdir()) / "gym-serve-empty-base"
-"""The base of a harness sandbox that names none: an empty folder the sandbox's user can read."""
 
 
 class SandboxWorkspace:
@@ -123,6 +121,8 @@ class SandboxWorkspaces:
 
 
 def _empty_base() -> str:
-    EMPTY_BASE.mkdir(mode=0o755, exist_ok=True)
-    os.chmod(EMPTY_BASE, 0o755)
-    return str(EMPTY_BASE)
+    """The base of a harness sandbox that names none: an empty folder of this replica's own (made here, so no
+    other user of the machine can have put files in it), which the sandbox's user can read."""
+    folder = tempfile.mkdtemp(prefix="gym-serve-empty-base-")
+    os.chmod(folder, 0o755)
+    return folder
