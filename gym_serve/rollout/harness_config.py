@@ -113,7 +113,8 @@ class HarnessSandbox(BaseModel):
     Its view is the sandbox's (`gym_serve.sandbox`: the system's folders read-only, nothing else of the host),
     its workspace `/workspace` an overlay over `base`; what the program needs beyond the system's folders (its
     installation, a runtime) is bound in read-only by `binds`. Its network is its own loopback, where its gateway
-    session is relayed; its limits are the Sandbox tier's unless `limits` names others.
+    session is relayed; its limits are the Sandbox tier's unless `limits` names any (then `Limits`' defaults
+    for the rest).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -130,7 +131,7 @@ class HarnessSandbox(BaseModel):
     limits: dict[str, Any] = Field(
         default_factory=dict,
         description="The sandbox's limits (`gym_serve.sandbox.Limits`: memory_mb, max_processes, disk_mb, cpus, "
-        "...); unset ones are the Sandbox tier's defaults.",
+        "...); none given: the Sandbox tier's; any given: the rest are `Limits`' own defaults.",
     )
 
     @model_validator(mode="after")
