@@ -54,15 +54,31 @@ class Turns:
         return str(response["replica"])
 
 
+async def both_replicas_known(turns: Any) -> None:
+    """Wait until the caller's router has heard of both replicas.
+
+    `serve.run` returns once both replicas are up, but the Turns replica's router learns of them by long poll,
+    one at a time; calls routed before it knows the second all land on the first (CI saw exactly that).
+    Calls without a session go to either known replica, so both answering means both are known.
+    """
+    answered: set[str] = set()
+    for _ in range(600):
+        answered.add(await asyncio.wait_for(turns.call.remote(None), timeout=60))
+        if len(answered) == 2:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"only {answered} of the two replicas ever answered")
+
+
 async def replicas_per_session(affinity: bool) -> dict[str, set[str]]:
     turns = serve.run(Turns.bind(Where.bind(), affinity), name=unique("affinity"), route_prefix=None)
+    await both_replicas_known(turns)
     seen: dict[str, set[str]] = collections.defaultdict(set)
     sessions = [f"{task}:0" for task in range(SESSIONS)]
     for _ in range(TURNS):  # every session's next turn at once, as rollouts move in step
         answers = await asyncio.wait_for(asyncio.gather(*(turns.call.remote(s) for s in sessions)), timeout=60)
         for session, replica in zip(sessions, answers, strict=True):
             seen[session].add(replica)
-    assert await asyncio.wait_for(turns.call.remote(None), timeout=60), "a call without a session is routed too"
     return seen
 
 
