@@ -32,6 +32,9 @@ import sys
 import tempfile
 import threading
 import traceback
+import urllib.error
+import urllib.parse
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -55,17 +58,28 @@ def survey_one(server: str) -> dict[str, Any]:
     except Exception as e:
         return {**result, "stage": "dependencies", "error": str(e)}
     try:
-        pairs = recorded_rollouts(server)
+        pairs, unusable = recorded_rollouts(server), "no data/example_rollouts.jsonl recordings"
+        if pairs and not any("response" in recorded for _, recorded in pairs):
+            pairs, unusable = [], "no recording has a `response`: task rows, not rollouts"
     except Exception as e:
-        return {**result, "stage": "recordings", "error": f"{type(e).__name__}: {e}"}
+        pairs, unusable = [], f"{type(e).__name__}: {e}"
+    if not pairs and os.environ.get("SURVEY_JUDGE_URL"):
+        try:
+            ran = asyncio.run(live_policy(server))
+        except Exception as e:
+            ran = {"stage": "recordings", "error": f"{type(e).__name__}: {e}"}
+        if ran["stage"] == LIVE_POLICY:
+            return {**result, **ran, "unusable": unusable}
+        return {**result, "stage": "recordings", "error": f"{unusable}; with a live policy: {ran['error']}"}
     if not pairs:
-        return {**result, "stage": "recordings", "error": "no data/example_rollouts.jsonl recordings"}
+        return {**result, "stage": "recordings", "error": unusable}
     references = set(catalog.model_references(catalog.server_config_defaults(server)).values())
     models = {"policy_model", *references}
     endpoints = dict.fromkeys(references, model_address())
     judged = sum(bool(recorded_judge_calls(recorded)) for _, recorded in pairs)
+    config = survey_config(server)
     try:
-        hosted_server(server, endpoints=endpoints)  # builds once here, so a server that cannot start says so
+        hosted_server(server, config, endpoints=endpoints)  # builds once here, so a server that cannot start says so
     except Exception as e:  # a package it imports only when it starts is still a missing dependency
         stage = "dependencies" if "is not installed here" in str(e) else "build"
         return {**result, "stage": stage, "error": f"{type(e).__name__}: {e}", "where": server_line(e)}
@@ -76,7 +90,8 @@ def survey_one(server: str) -> dict[str, Any]:
         judge = HTTPEndpoint(url, timeout_s=300, max_retries=1) if url else None
         with tempfile.TemporaryDirectory() as tmp:
             for i, (row, recorded) in enumerate(pairs):
-                outcome = await replay_one(server, row, recorded, models, endpoints, Path(tmp) / str(i), judge)
+                folder = Path(tmp) / str(i)
+                outcome = await replay_one(server, config, row, recorded, models, endpoints, folder, judge)
                 agents.add(outcome["agent"])
                 if outcome["reward"] is not None and outcome["live_judge_calls"]:
                     live += 1  # its judge was live, not NeMo Gym's recorded verdict: it ran, nothing to compare
@@ -124,6 +139,41 @@ def server_line(error: BaseException) -> str | None:
     return where
 
 
+async def live_policy(server: str, tasks: int = 5) -> dict[str, Any]:
+    """A server with no usable recordings, end to end: its first `tasks` example rows through gym-serve's loop
+    with `--judge-url`'s model as the policy and as every model the server references. It ran; nothing is
+    compared (there is nothing recorded to compare with)."""
+    from gym_serve.environment.nemo_gym import catalog
+    from gym_serve.environment.nemo_gym.host import hosted_server
+    from gym_serve.environment.nemo_gym.routes import Routes
+    from gym_serve.models.http_endpoint import HTTPEndpoint
+    from gym_serve.rollout.loop import AgentConfig, run_episode
+
+    lines = (catalog.data_dir(server) / "example.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines if line.strip()]
+    references = set(catalog.model_references(catalog.server_config_defaults(server)).values())
+    judge = HTTPEndpoint(os.environ["SURVEY_JUDGE_URL"], timeout_s=300, max_retries=1)
+    live = LiveJudge(None, judge, os.environ.get("SURVEY_JUDGE_MODEL", ""))
+    routes = Routes(models=dict.fromkeys({"policy_model", *references}, live.responses))
+    endpoints = dict.fromkeys(references, model_address())
+    ran, problems = 0, []
+    try:
+        host = hosted_server(server, survey_config(server), routes=routes, endpoints=endpoints)
+        for i, row in enumerate(rows[:tasks]):
+            try:
+                rollout = await run_episode(
+                    row, model=live, env=host, env_info=host.describe(), config=AgentConfig(max_steps=10)
+                )
+                float(rollout["reward"])  # scored: a rollout without a reward is a problem, not a run
+                ran += 1
+            except Exception as e:
+                problems.append(f"#{i}: {type(e).__name__}: {e}")
+    finally:
+        await judge.close()
+    stage = LIVE_POLICY if ran == len(rows[:tasks]) and ran else "recordings"
+    return {"stage": stage, "live": ran, "agents": ["gym-serve, live policy"], "error": "; ".join(problems)}
+
+
 class LiveJudge:
     """A judge server's model calls: NeMo Gym's recorded verdicts where they answer, else (with `--judge-url`) a
     live OpenAI-compatible model over Chat Completions, each answer capped at `max_tokens`; `calls` counts those."""
@@ -138,7 +188,8 @@ class LiveJudge:
         from gym_serve.wire.chat import responses_request_to_chat
 
         try:
-            return await self.recorded.responses(request, session)
+            if self.recorded is not None:  # None: every call is live (a server with no recordings)
+                return await self.recorded.responses(request, session)
         except Exception as e:
             if self.live is None or failure_kind(e) is not FailureKind.REPLAY_MISS:
                 raise
@@ -149,6 +200,33 @@ class LiveJudge:
         if not chat.get("tools"):
             chat.pop("tool_choice", None)  # a judge request may name a choice among no tools; vLLM refuses that
         return await responses_over_chat(self.live, chat)
+
+
+RECORDED_WITH: dict[str, dict[str, Any]] = {
+    # server: the config its recordings were made with, where it is not the shipped one (each row shows it)
+    "lc_niah": {"overlap_metric_rule": "lcs"},  # every row's reasoning_overlap is its overlap_lcs; ships ngram16
+}
+
+POLICY_VARIABLES = ("policy_base_url", "policy_api_key", "policy_model_name")
+"""What NeMo Gym's env.yaml gives every server (`${policy_base_url}` in a shipped config): the policy's server."""
+
+
+def survey_config(server: str) -> dict[str, Any]:
+    """The config the survey hosts `server` with: `RECORDED_WITH`'s, and with `--judge-url`, each shipped field
+    that is one of `POLICY_VARIABLES` (verifif's judge, speed_bench's /metrics) set to that model server (through
+    `PolicyForwarder`), as a NeMo Gym user's env.yaml sets them; without it they stay unresolved and the server
+    says so."""
+    from gym_serve.environment.nemo_gym import catalog
+
+    forwarder, judge = policy_forwarder(), os.environ.get("SURVEY_JUDGE_URL", "")
+    url = forwarder.url + urllib.parse.urlsplit(judge).path if forwarder else None
+    values = dict(zip(POLICY_VARIABLES, (url, "none", os.environ.get("SURVEY_JUDGE_MODEL", "")), strict=True))
+    config: dict[str, Any] = {}
+    for key, value in catalog.server_config_defaults(server).items():
+        variable = re.fullmatch(r"\$\{(\w+)\}", value) if isinstance(value, str) else None
+        if url and variable and variable.group(1) in values:
+            config[key] = values[variable.group(1)]
+    return {**config, **RECORDED_WITH.get(server, {})}
 
 
 def recording_agent(server: str, recorded: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
@@ -179,6 +257,7 @@ it reaches (the survey routes them), the datasets NeMo Gym's CLI collects from."
 
 async def replay_one(
     server: str,
+    config: dict[str, Any],
     row: dict[str, Any],
     recorded: dict[str, Any],
     models: set[str],
@@ -206,30 +285,38 @@ async def replay_one(
         routes = Routes(models={name: judging.responses for name in models})
         return ReplayModel([folder / "policy.jsonl"]), routes, judging
 
+    forwarder = policy_forwarder()
+    forwarded = forwarder.calls if forwarder else 0
+
+    def live_calls(judging: LiveJudge) -> int:
+        return judging.calls + (forwarder.calls - forwarded if forwarder else 0)
+
     policy, routes, judging = fresh()
-    host = hosted_server(server, routes=routes, endpoints=endpoints)
+    host = hosted_server(server, config, routes=routes, endpoints=endpoints)
     try:
         rollout = await run_episode(
             row, model=policy, env=host, env_info=host.describe(), config=AgentConfig(max_steps=50)
         )
-        return {"agent": "gym-serve", "reward": float(rollout["reward"]), "live_judge_calls": judging.calls}
+        return {"agent": "gym-serve", "reward": float(rollout["reward"]), "live_judge_calls": live_calls(judging)}
     except Exception as e:
         first = f"{type(e).__name__}: {e}"
         if failure_kind(e) is not FailureKind.REPLAY_MISS:
             return {"agent": "gym-serve", "reward": None, "error": first, "where": server_line(e)}
-    _, agent, config = recording_agent(server, recorded)
+    _, agent, agent_config = recording_agent(server, recorded)
     policy, routes, judging = fresh()
     routes.models["policy_model"] = policy.responses
-    host = hosted_server(server, routes=routes, endpoints=endpoints)
+    host = hosted_server(server, config, routes=routes, endpoints=endpoints)
 
     async def to_server(method: str, path: str, body: bytes, cookies: dict[str, str]) -> Any:
         return await host.http(path, body, cookies)
 
     routes.apps[server] = to_server
     try:
-        hosted = NemoGymAgent(agent, instance="survey_agent", routes=routes, resources_server=server, config=config)
+        hosted = NemoGymAgent(
+            agent, instance="survey_agent", routes=routes, resources_server=server, config=agent_config
+        )
         rollout = await hosted.run(row)
-        return {"agent": agent, "reward": float(rollout["reward"]), "live_judge_calls": judging.calls}
+        return {"agent": agent, "reward": float(rollout["reward"]), "live_judge_calls": live_calls(judging)}
     except Exception as e:
         error = f"{first}; {agent}: {type(e).__name__}: {e}"
         return {"agent": agent, "reward": None, "error": error, "where": server_line(e)}
@@ -265,6 +352,54 @@ def model_address() -> str:
         threading.Thread(target=http.serve_forever, daemon=True).start()
         _started["address"] = f"http://127.0.0.1:{http.server_address[1]}"
     return _started["address"]
+
+
+class PolicyForwarder:
+    """The address the survey gives a server's `${policy_base_url}` (verifif's judge, speed_bench's /metrics):
+    a local HTTP server that forwards every request to `--judge-url`'s server and counts the model calls (POSTs)
+    it forwards, so a recording judged over HTTP, not through gym-serve's routes, counts as live too."""
+
+    def __init__(self, target: str) -> None:
+        self.target, self.calls = target.rstrip("/"), 0
+        forwarder = self
+
+        class Forward(BaseHTTPRequestHandler):
+            def forward(self) -> None:
+                posted = self.command == "POST"
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) if posted else None
+                forwarder.calls += posted
+                headers = {"Content-Type": self.headers.get("Content-Type") or "application/json"}
+                request = urllib.request.Request(forwarder.target + self.path, body, headers, method=self.command)
+                try:
+                    with urllib.request.urlopen(request, timeout=300) as answer:
+                        status, data = answer.status, answer.read()
+                except urllib.error.HTTPError as e:
+                    status, data = e.code, e.read()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = forward
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Forward)
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
+
+
+_forwarders: dict[str, PolicyForwarder] = {}
+
+
+def policy_forwarder() -> PolicyForwarder | None:
+    """This process's `PolicyForwarder` to `--judge-url`'s server; None without one."""
+    url = os.environ.get("SURVEY_JUDGE_URL")
+    if url and "policy" not in _forwarders:
+        split = urllib.parse.urlsplit(url)
+        _forwarders["policy"] = PolicyForwarder(f"{split.scheme}://{split.netloc}")
+    return _forwarders.get("policy")
 
 
 def run_isolated(server: str, timeout_s: float) -> dict[str, Any]:
@@ -308,8 +443,12 @@ def in_own_environment(server: str, timeout_s: float) -> dict[str, Any]:
         return {"server": server, "stage": "dependencies", "error": f"in its own environment: {type(e).__name__}: {e}"}
 
 
-PASSING = ("replays", "end to end")
-"""The stages the survey counts as a server that runs: every recording agrees, or ran end to end."""
+LIVE_POLICY = "end to end, no recordings"
+"""The stage of a server with no usable recordings whose example tasks all ran with a live policy and judge."""
+
+PASSING = ("replays", "end to end", LIVE_POLICY)
+"""The stages the survey counts as a server that runs: every recording agrees, or ran end to end (with a live
+judge where NeMo Gym recorded no verdicts, or, where it recorded nothing usable, a live policy too)."""
 
 NETWORK = "needs network or a data download at start"
 GPU = "needs a GPU"
@@ -369,7 +508,7 @@ SANDBOX_FIELDS = "workdir|image_ref|repo|docker_image|instance"
 
 RULES: list[tuple[str, Any]] = [
     # (a pattern on the first problem, the reason: a string, or a function of the match and the result), in order
-    (r"not a recorded rollout|not valid JSON|KeyError: 'responses_create_params'", NO_RECORDINGS),
+    (r"not a recorded rollout|not valid JSON|KeyError: 'responses_create_params'|task rows, not", NO_RECORDINGS),
     (r"a URL, not a package on the registries", _url_packages),
     (r"got multiple values for keyword argument '(\w+)'", _bug_line),
     (rf'"loc":\["body","({SANDBOX_FIELDS})"\]', lambda m, r: f"{SANDBOX}: the task's `{m[1]}`"),
@@ -434,12 +573,17 @@ OVERRIDES: dict[str, tuple[str, str]] = {
         "a reward; the calls it makes to `simulator_model` are not in the recordings (no judge calls kept)",
     ),
     "speed_bench": (
-        f"{HOST_GAP}: `${{policy_base_url}}`, for the policy's vLLM /metrics",
-        "its verify reads speculative-decoding counters from the policy server's /metrics; the host gives no URL",
+        f"{NO_JUDGE}: `${{policy_base_url}}`, the policy's vLLM /metrics",
+        "its verify reads speculative-decoding counters from the policy server's /metrics; with `--judge-url` the "
+        "survey gives it that server (as NeMo Gym's env.yaml would), without one its URL stays unresolved",
     ),
     "verifif": (
-        f"{HOST_GAP}: `${{policy_base_url}}`, its judge's URL",
-        "its judge is the policy over HTTP; the host gives no URL, and no judge verdict was recorded",
+        f"{NO_JUDGE}: `${{policy_base_url}}`, its judge's URL",
+        "its judge is the policy over HTTP, no verdict recorded; `--judge-url` gives it one (`survey_config`)",
+    ),
+    "deepsearchqa": (
+        f"{NETWORK}: Exa web search, from Claude Code in a container (`harness_exa_search`)",
+        "a replay miss; its recordings' agent runs Claude Code in a sandbox image with Exa's search API over MCP",
     ),
     "iheval": (f"{SERVER_BUG}: `resources_servers/iheval/app.py:769` passes `row_id` twice", "run kept no trace"),
     "omniscience": (f"{SERVER_BUG}: `resources_servers/omniscience/app.py:330` passes `verdict` twice", "idem"),
@@ -485,7 +629,7 @@ def reason_of(text: str) -> str:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    order = ["replays", "end to end", "replay", "recordings", "build", "dependencies", "timeout", "crash"]
+    order = ["replays", "end to end", LIVE_POLICY, "replay", "recordings", "build", "dependencies", "timeout", "crash"]
     counts = {stage: sum(r["stage"] == stage for r in results) for stage in order}
     reasons = {name: 0 for name in REASONS}
     for r in results:
@@ -498,7 +642,9 @@ def table(results: list[dict[str, Any]]) -> str:
         f"({len(results)} servers). *replays*: every recording gives its recorded reward; *replay*: some do not "
         "(the first problems shown); *end to end*: a judge-backed server NeMo Gym recorded no judge verdicts for, "
         "every recording ran with a live judge (a model server: its reward is not compared, `+N live judge`) or "
-        "agreed; *recordings*: builds, but has no usable recordings; *build*: the server "
+        f"agreed; *{LIVE_POLICY}*: no usable recordings, and its first five example tasks each ran through "
+        "gym-serve's loop with the live model of `--judge-url` as policy and judge (`+N live`: nothing to compare); "
+        "*recordings*: builds, but has no usable recordings; *build*: the server "
         "failed to start in-process; *dependencies*: the deploy-time check refused it (a package not installed "
         "here); *timeout*/*crash*: its process did not answer.",
         "",
@@ -526,7 +672,8 @@ def table(results: list[dict[str, Any]]) -> str:
     ]
     for r in sorted(results, key=lambda r: (order.index(r["stage"]), r["server"])):
         agree = f"{r['agree']} / {r['recordings']}" if "agree" in r else ""
-        agree += f" (+{r['live']} live judge)" if r.get("live") else ""
+        agree += f" (+{r['live']} live judge)" if r.get("live") and r["stage"] != LIVE_POLICY else ""
+        agree += f"+{r['live']} live" if r["stage"] == LIVE_POLICY else ""
         agents = ", ".join(r.get("agents") or []) + (" (own environment)" if r.get("installed") else "")
         problem = re.sub(r"\S*/site-packages/", "site-packages/", str(r.get("error") or ""))  # no machine's paths
         problem = re.sub(re.escape(tempfile.gettempdir()) + r"/[^/\s]+/", "", problem)
