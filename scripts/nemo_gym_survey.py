@@ -204,7 +204,7 @@ class LiveJudge:
 
 RECORDED_WITH: dict[str, dict[str, Any]] = {
     # server: the config its recordings were made with, where it is not the shipped one (each row shows it)
-    "lc_niah": {"overlap_metric_rule": "lcs"},  # every row's reasoning_overlap is its overlap_lcs; ships ngram16
+    "lc_niah": {"overlap_metric_rule": "lcs"},  # an older server's: each reasoning_overlap is its overlap_lcs
 }
 
 POLICY_VARIABLES = ("policy_base_url", "policy_api_key", "policy_model_name")
@@ -663,7 +663,7 @@ def table(results: list[dict[str, Any]]) -> str:
         + ". The reason comes from the first problem's text (`RULES` in the script), or, where that text does not "
         "say why (a timeout, a replay miss, a reward), from `OVERRIDES`, each with its one-line why; a bug names "
         "the server's file and line. The servers "
-        "`tests/test_nemo_gym_servers.py` proves (40, with a Serve config each in this folder) are among those "
+        "`tests/test_nemo_gym_servers.py` proves (41, with a Serve config each in this folder) are among those "
         "that replay; the known exceptions there (`mcqa`, `math_with_judge`, `structured_outputs`) are explained "
         "in that test.",
         "",

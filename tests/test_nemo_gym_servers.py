@@ -89,6 +89,8 @@ PROVEN = [
     "scicodepile",
     "swe_pivot",
     "swerl_llm_judge",
+    # recorded with a config other than the shipped one, which its Serve config sets (lc_niah: the overlap rule)
+    "lc_niah",
 ]
 
 KNOWN = {
@@ -99,6 +101,11 @@ KNOWN = {
 NOT_VERDICTS = {
     "rollout_source": "image_tools' recordings were tagged `sdg_trace` by the synthetic-data pipeline that made them; "
     "no NeMo Gym server or agent writes the field",
+    **dict.fromkeys(
+        ("overlap_lcs", "overlap_ngram16", "overlap_seq_match"),
+        "lc_niah's recordings come from an older server that wrote all three overlap signals and scored with lcs; "
+        "0.7.0 computes the one its `overlap_metric_rule` names (lcs in its Serve config) as `reasoning_overlap`",
+    ),
 }
 """Fields of a recording that no verify response gives, and where they come from."""
 
@@ -123,9 +130,12 @@ def structured_outputs_row(recorded: dict[str, Any]) -> dict[str, Any]:
 
 
 def judged_host(server: str) -> NemoGymServer:
-    """The server with each model it references (`judge_model`, ...) routed to a Model tier that `replay` sets."""
+    """The server, with the config its Serve config gives it, and each model it references (`judge_model`, ...)
+    routed to a Model tier that `replay` sets."""
     references = catalog.model_references(server_config_defaults(server)).values()
-    return hosted_server(server, routes=Routes(models=dict.fromkeys(references, _no_judge)))
+    (spec,) = load_serve_config(REPO / "deployments" / "nemo_gym" / f"{server}.yaml")
+    config = spec.app_args("").environment.config
+    return hosted_server(server, config, routes=Routes(models=dict.fromkeys(references, _no_judge)))
 
 
 async def _no_judge(request: dict[str, Any], session: str | None = None) -> dict[str, Any]:
@@ -418,3 +428,28 @@ def test_the_survey_runs_a_judge_server_nemo_gym_recorded_no_verdicts_for_end_to
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| `aalcr` | replay | 0 / 5 |" in out.read_text() and "judge_failed" in out.read_text()
+
+
+def test_the_survey_gives_policy_variables_its_live_model_and_runs_servers_without_recordings_live(
+    tmp_path: Path,
+) -> None:
+    """With `--judge-url`, a shipped `${policy_base_url}` is that server, reached through the survey's counting
+    forwarder: `verifif` (its judge, over HTTP, unrecorded) runs *end to end* with live calls counted, and
+    `speed_bench` (a GET of /metrics, not a model call) still replays its recorded rewards. `multichallenge` has
+    no usable recordings (task rows only): its example tasks run with the live model as policy and judge, a
+    stage of their own."""
+    out, results = tmp_path / "survey.md", tmp_path / "survey.json"
+    fake = FakeOpenAI(says="YES")
+    with serving(fake) as base_url:
+        command = [sys.executable, "scripts/nemo_gym_survey.py", "--servers", "verifif", "speed_bench"]
+        command += ["multichallenge", "--out", str(out), "--results", str(results)]
+        command += ["--judge-url", base_url, "--judge-model", "judge"]
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(results.read_text())
+    assert found["verifif"]["stage"] == "end to end" and found["verifif"]["live"] == 5, found["verifif"]
+    assert found["speed_bench"]["stage"] == "replays" and found["speed_bench"]["live"] == 0, found["speed_bench"]
+    assert found["multichallenge"]["stage"] == "end to end, no recordings", found["multichallenge"]
+    assert found["multichallenge"]["live"] == 5 and "task rows, not rollouts" in found["multichallenge"]["unusable"]
+    assert "| `multichallenge` | end to end, no recordings | +5 live |" in out.read_text()
+    assert fake.requests >= 10
