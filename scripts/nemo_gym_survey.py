@@ -663,7 +663,7 @@ def table(results: list[dict[str, Any]]) -> str:
         + ". The reason comes from the first problem's text (`RULES` in the script), or, where that text does not "
         "say why (a timeout, a replay miss, a reward), from `OVERRIDES`, each with its one-line why; a bug names "
         "the server's file and line. The servers "
-        "`tests/test_nemo_gym_servers.py` proves (41, with a Serve config each in this folder) are among those "
+        "`tests/test_nemo_gym_servers.py` proves (43, with a Serve config each in this folder) are among those "
         "that replay; the known exceptions there (`mcqa`, `math_with_judge`, `structured_outputs`) are explained "
         "in that test.",
         "",

@@ -91,6 +91,9 @@ PROVEN = [
     "swerl_llm_judge",
     # recorded with a config other than the shipped one, which its Serve config sets (lc_niah: the overlap rule)
     "lc_niah",
+    # their configs name prompt files relative to the server's folder, where the Environment replica runs them
+    "equivalence_llm_judge",
+    "labbench2_vlm",
 ]
 
 KNOWN = {
@@ -155,7 +158,10 @@ async def replay(host: NemoGymServer, row: dict[str, Any], recorded: dict[str, A
 
 
 @pytest.mark.parametrize("server", PROVEN)
-async def test_recorded_rollouts_replay_to_their_recorded_rewards(server: str, tmp_path: Path) -> None:
+async def test_recorded_rollouts_replay_to_their_recorded_rewards(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(nemo_gym.data_dir(server).parent)  # where an Environment replica runs it (its own folder)
     host = judged_host(server)
     pairs = recorded_rollouts(server)
     assert len(pairs) == 5
