@@ -12,7 +12,10 @@ after another:
   from this process.
 
 CPU is summed over this process and every process of its Ray instance (`benchmarks.harness.cpu_times`),
-the instant server's taken out; the gateway's overhead per call is the difference of the two. Targets
+the instant server's taken out; the gateway's overhead per call is the difference of the two. The instance's
+idle CPU rate, measured over `--idle-s` with no call in flight, lands on each window in proportion to its
+length, so the slower path is charged more of it: each row also gives its CPU with that taken out
+(`idle out`), and the overhead of those. Targets
 (issue 26): at most 1 CPU-ms of overhead per call at 64 sessions and above; 1,024 sessions with 0 failed
 calls. Writes `results/gateway-<date>.json` and a PNG; the table is the last thing printed.
 
@@ -112,7 +115,17 @@ async def through_handle(sessions: int, calls: int) -> tuple[list[float], int]:
     return latencies, failed
 
 
-def measure(path: str, sessions: int, calls: int, server: psutil.Process) -> dict[str, Any]:
+def idle_cpu_per_s(seconds: float) -> float:
+    """CPU seconds per second the Ray instance and this process spend with no call in flight (the Serve
+    controller, GCS, replicas' metrics and status polls): work either path's window holds in proportion to its
+    length, whatever it runs, so the longer path would be charged more of it."""
+    before = harness.cpu_times()
+    time.sleep(seconds)
+    return harness.cpu_since(before) / seconds
+
+
+def measure(path: str, sessions: int, calls: int, server: psutil.Process, idle: float = 0.0) -> dict[str, Any]:
+    """One path's run; `idle` (CPU-s per s, `idle_cpu_per_s`) is taken out of `idle_out_cpu_ms_per_call`."""
     run = through_gateway if path == "gateway" else through_handle
     before, server_before = harness.cpu_times(), _cpu(server)
     started = time.perf_counter()
@@ -129,6 +142,7 @@ def measure(path: str, sessions: int, calls: int, server: psutil.Process) -> dic
         "seconds": seconds,
         "calls_per_s": done / seconds,
         "cpu_ms_per_call": 1000 * cpu_s / max(done, 1),
+        "idle_out_cpu_ms_per_call": 1000 * (cpu_s - idle * seconds) / max(done, 1),
         "p50_ms": 1000 * statistics.median(ordered),
         "p99_ms": 1000 * ordered[min(done - 1, int(0.99 * done))],
     }
@@ -143,6 +157,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, nargs="+", default=[1, 64, 1024])
     parser.add_argument("--calls", type=int, default=20, help="calls per session, one after another")
+    parser.add_argument("--idle-s", type=float, default=5.0, help="seconds of no calls to measure idle CPU over")
     args = parser.parse_args()
     load_at_start = os.getloadavg()
     base_url, process = start_instant_server()
@@ -153,34 +168,42 @@ def main() -> None:
         harness.deploy(*apps(base_url))
         measure("gateway", 2, 2, server)  # warm both paths (connections, batchers) before measuring
         measure("agent", 2, 2, server)
+        idle = idle_cpu_per_s(args.idle_s)
+        print(f"idle: {1000 * idle:.0f} CPU-ms per second", flush=True)
         for sessions in args.sessions:
             for path in ("agent", "gateway"):
-                results.append(measure(path, sessions, args.calls, server))
+                results.append(measure(path, sessions, args.calls, server, idle))
                 print(results[-1], flush=True)
     finally:
         serve.shutdown()
         process.terminate()
         process.wait(timeout=10)
-    overhead = {
-        r["sessions"]: r["cpu_ms_per_call"] - a["cpu_ms_per_call"]
-        for r in results
-        if r["path"] == "gateway"
-        for a in results
-        if a["path"] == "agent" and a["sessions"] == r["sessions"]
-    }
+    overhead, idle_out = gateway_less_agent(results, "cpu_ms_per_call"), gateway_less_agent(results, IDLE_OUT)
     base = harness.write_result(
         "gateway",
         {"calls_per_session": args.calls, "load_average_at_start": load_at_start, "results": results,
-         "gateway_overhead_cpu_ms_per_call": overhead},
+         "idle_cpu_ms_per_s": 1000 * idle, "gateway_overhead_cpu_ms_per_call": overhead,
+         "gateway_overhead_idle_out_cpu_ms_per_call": idle_out},
     )  # fmt: skip
     plot(results, base.with_suffix(".png"))
     rows = [
         [r["path"], r["sessions"], r["calls"], r["failed_calls"], r["calls_per_s"], r["cpu_ms_per_call"],
-         overhead.get(r["sessions"]) if r["path"] == "gateway" else None, r["p50_ms"], r["p99_ms"]]
+         overhead.get(r["sessions"]) if r["path"] == "gateway" else None, r[IDLE_OUT],
+         idle_out.get(r["sessions"]) if r["path"] == "gateway" else None, r["p50_ms"], r["p99_ms"]]
         for r in results
     ]  # fmt: skip
-    headers = ["path", "sessions", "calls", "failed", "calls/s", "CPU-ms/call", "overhead", "p50 ms", "p99 ms"]
+    headers = ["path", "sessions", "calls", "failed", "calls/s", "CPU-ms/call", "overhead"]
+    headers += ["idle out", "overhead, idle out", "p50 ms", "p99 ms"]
     print(f"\n{base}.json\n" + harness.table(headers, rows))
+
+
+IDLE_OUT = "idle_out_cpu_ms_per_call"
+
+
+def gateway_less_agent(results: list[dict[str, Any]], field: str) -> dict[int, float]:
+    """The gateway's `field` less the Agent's, by number of sessions: the overhead per call."""
+    agent = {r["sessions"]: r[field] for r in results if r["path"] == "agent"}
+    return {r["sessions"]: r[field] - agent[r["sessions"]] for r in results if r["path"] == "gateway"}
 
 
 def plot(results: list[dict[str, Any]], path: Path) -> None:
