@@ -12,7 +12,9 @@ message where a step failed.
 
 A judge-backed server whose judge calls NeMo Gym did not record runs with a live judge where `--judge-url` names
 an OpenAI-compatible server (e.g. `vllm serve` of the tiny model): such a recording *ran end to end*, its reward
-not compared. `--results` keeps every server's result as JSON, so a run of some `--servers` updates the table.
+not compared. That server also stands for a config's `${policy_base_url}` (`survey_config`), and a server with no
+usable recordings runs its example tasks with it as policy and judge (`live_policy`). `--results` keeps every
+server's result as JSON, so a run of some `--servers` updates the table.
 Each server that does not pass gets one `reason` (`REASONS`): issue 31's fixed list first, a few named others
 where none of those fits.
 
