@@ -335,25 +335,36 @@ def model_address() -> str:
     a local HTTP server, started once per process, that answers every request 404. The judge calls themselves go
     by name, and a name the host routes is never called over HTTP (`routes.routed_server_client`)."""
 
-    class NotHere(BaseHTTPRequestHandler):
+    class NotHere(QuietHandler):
         def answer(self) -> None:
-            body = b'{"detail":"the survey\'s models answer by name, through gym-serve\'s routes"}'
-            self.send_response(404)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.reply(404, b'{"detail":"the survey\'s models answer by name, through gym-serve\'s routes"}')
 
         do_GET = do_POST = answer
 
-        def log_message(self, format: str, *args: Any) -> None:
-            return None
-
     if "address" not in _started:
-        http = ThreadingHTTPServer(("127.0.0.1", 0), NotHere)
-        threading.Thread(target=http.serve_forever, daemon=True).start()
-        _started["address"] = f"http://127.0.0.1:{http.server_address[1]}"
+        _started["address"] = serve_locally(NotHere)
     return _started["address"]
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A handler of the survey's local HTTP servers: JSON answers, no access log."""
+
+    def reply(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+def serve_locally(handler: type[BaseHTTPRequestHandler]) -> str:
+    """`handler` served on a free loopback port from a daemon thread: its base URL."""
+    http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{http.server_address[1]}"
 
 
 class PolicyForwarder:
@@ -365,7 +376,7 @@ class PolicyForwarder:
         self.target, self.calls = target.rstrip("/"), 0
         forwarder = self
 
-        class Forward(BaseHTTPRequestHandler):
+        class Forward(QuietHandler):
             def forward(self) -> None:
                 posted = self.command == "POST"
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) if posted else None
@@ -377,19 +388,11 @@ class PolicyForwarder:
                         status, data = answer.status, answer.read()
                 except urllib.error.HTTPError as e:
                     status, data = e.code, e.read()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.reply(status, data)
 
             do_GET = do_POST = forward
 
-            def log_message(self, format: str, *args: Any) -> None:
-                return None
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Forward)
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
+        self.url = serve_locally(Forward)
 
 
 _forwarders: dict[str, PolicyForwarder] = {}
