@@ -62,6 +62,11 @@ def read(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def written_lines(path: Path) -> int:
+    """Complete lines so far of a file a collection is writing (its last line may be half written)."""
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
 async def count_to(env: EnvironmentHandle, row: dict[str, Any], state: Any) -> dict[str, Any]:
     """The rollout a model would make: add the row's steps to the counter, then verify the expected count."""
     increments = row["expected_count"] - row["initial_count"]
@@ -131,7 +136,7 @@ async def test_killing_each_environment_replica_mid_collection_loses_no_rollout(
     victims = replica_actors(name, "Environment")
     deadline = time.monotonic() + 240
     for written, victim in zip((50, 100), victims, strict=True):
-        while len(read(out)) < written and not collection.done() and time.monotonic() < deadline:
+        while written_lines(out) < written and not collection.done() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert not collection.done(), "each kill must land while rollouts are in flight"
         ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=False)
