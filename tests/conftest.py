@@ -1,5 +1,5 @@
-"""What tests that run the repository's files share: its root folder, Ctrl-C for the processes they start, and a
-folder every user can reach."""
+"""What tests that run the repository's files share: its root folder, Ctrl-C for the processes they start, a
+folder every user can reach, and how far a file being written has got."""
 
 from __future__ import annotations
 
@@ -33,3 +33,9 @@ def interruptible() -> None:
     would wait out its timeout (90 s) and kill it, leaving its Ray processes behind.
     """
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def written_lines(path: Path) -> int:
+    """Complete lines so far of a file a collection is writing: its last line may be half written, so a test
+    that waits for N rows counts newlines instead of parsing."""
+    return path.read_bytes().count(b"\n") if path.exists() else 0

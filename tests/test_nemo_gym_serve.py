@@ -31,7 +31,7 @@ from gym_serve.environment import nemo_gym
 from gym_serve.errors import FailureKind, failure_kind
 from gym_serve.serving.config import AppArgs, load_serve_config
 from gym_serve.testing.fixtures import unique
-from tests.conftest import REPO
+from tests.conftest import REPO, written_lines
 
 pytestmark = pytest.mark.serve
 
@@ -60,11 +60,6 @@ def replica_actors(app: str, deployment: str) -> list[str]:
 
 def read(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def written_lines(path: Path) -> int:
-    """Complete lines so far of a file a collection is writing (its last line may be half written)."""
-    return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
 async def count_to(env: EnvironmentHandle, row: dict[str, Any], state: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from gym_serve.environment.runner import OPENING_KEY, EnvInfo, EnvRunner
 from gym_serve.rollout.checkpoint import RUN, Checkpoint, PartialRefused, Paused, continued, partial_row
 from gym_serve.rollout.loop import AgentConfig, run_episode
 from gym_serve.wire.tokens import check_contiguity
+from tests.conftest import written_lines
 from tests.fault_parts import Count, SlowCounter, token_bump_turn
 
 
@@ -141,11 +142,6 @@ def collect_job(tmp_path: Path, n: int, **options: Any) -> CollectJob:
 
 def read(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def written_lines(path: Path) -> int:
-    """Complete lines so far of a file being written (its last line may be half written)."""
-    return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
 @pytest.mark.parametrize("checkpoints", [True, False])
