@@ -50,7 +50,6 @@ def survey_one(server: str) -> dict[str, Any]:
     from gym_serve.analysis.check import recorded_rollouts
     from gym_serve.environment.nemo_gym import catalog
     from gym_serve.environment.nemo_gym.host import hosted_server
-    from gym_serve.models.http_endpoint import HTTPEndpoint
     from gym_serve.rollout.replay import recorded_judge_calls
 
     result: dict[str, Any] = {"server": server}
@@ -65,9 +64,13 @@ def survey_one(server: str) -> dict[str, Any]:
             pairs, unusable = [], "no recording has a `response`: task rows, not rollouts"
     except Exception as e:
         pairs, unusable = [], f"{type(e).__name__}: {e}"
+    references = set(catalog.model_references(catalog.server_config_defaults(server)).values())
+    models = {"policy_model", *references}
+    endpoints = dict.fromkeys(references, model_address())
+    config = survey_config(server)
     if not pairs and os.environ.get("SURVEY_JUDGE_URL"):
         try:
-            ran = asyncio.run(live_policy(server))
+            ran = asyncio.run(live_policy(server, config, models, endpoints))
         except Exception as e:
             ran = {"stage": "recordings", "error": f"{type(e).__name__}: {e}"}
         if ran["stage"] == LIVE_POLICY:
@@ -75,11 +78,7 @@ def survey_one(server: str) -> dict[str, Any]:
         return {**result, "stage": "recordings", "error": f"{unusable}; with a live policy: {ran['error']}"}
     if not pairs:
         return {**result, "stage": "recordings", "error": unusable}
-    references = set(catalog.model_references(catalog.server_config_defaults(server)).values())
-    models = {"policy_model", *references}
-    endpoints = dict.fromkeys(references, model_address())
     judged = sum(bool(recorded_judge_calls(recorded)) for _, recorded in pairs)
-    config = survey_config(server)
     try:
         hosted_server(server, config, endpoints=endpoints)  # builds once here, so a server that cannot start says so
     except Exception as e:  # a package it imports only when it starts is still a missing dependency
@@ -88,8 +87,7 @@ def survey_one(server: str) -> dict[str, Any]:
 
     async def replay_all() -> dict[str, Any]:
         agree, live, problems, agents, where = 0, 0, [], set(), None
-        url = os.environ.get("SURVEY_JUDGE_URL")
-        judge = HTTPEndpoint(url, timeout_s=300, max_retries=1) if url else None
+        judge = live_model()
         with tempfile.TemporaryDirectory() as tmp:
             for i, (row, recorded) in enumerate(pairs):
                 folder = Path(tmp) / str(i)
@@ -141,26 +139,33 @@ def server_line(error: BaseException) -> str | None:
     return where
 
 
-async def live_policy(server: str, tasks: int = 5) -> dict[str, Any]:
+def live_model() -> Any:
+    """`--judge-url`'s model server as an `HTTPEndpoint` (the caller closes it); None without one."""
+    from gym_serve.models.http_endpoint import HTTPEndpoint
+
+    url = os.environ.get("SURVEY_JUDGE_URL")
+    return HTTPEndpoint(url, timeout_s=300, max_retries=1) if url else None
+
+
+async def live_policy(
+    server: str, config: dict[str, Any], models: set[str], endpoints: dict[str, str], tasks: int = 5
+) -> dict[str, Any]:
     """A server with no usable recordings, end to end: its first `tasks` example rows through gym-serve's loop
-    with `--judge-url`'s model as the policy and as every model the server references. It ran; nothing is
-    compared (there is nothing recorded to compare with)."""
+    with `--judge-url`'s model as the policy and as every model the server references (`models`). It ran;
+    nothing is compared (there is nothing recorded to compare with)."""
     from gym_serve.environment.nemo_gym import catalog
     from gym_serve.environment.nemo_gym.host import hosted_server
     from gym_serve.environment.nemo_gym.routes import Routes
-    from gym_serve.models.http_endpoint import HTTPEndpoint
     from gym_serve.rollout.loop import AgentConfig, run_episode
 
     lines = (catalog.data_dir(server) / "example.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines if line.strip()]
-    references = set(catalog.model_references(catalog.server_config_defaults(server)).values())
-    judge = HTTPEndpoint(os.environ["SURVEY_JUDGE_URL"], timeout_s=300, max_retries=1)
+    judge = live_model()
     live = LiveJudge(None, judge, os.environ.get("SURVEY_JUDGE_MODEL", ""))
-    routes = Routes(models=dict.fromkeys({"policy_model", *references}, live.responses))
-    endpoints = dict.fromkeys(references, model_address())
+    routes = Routes(models=dict.fromkeys(models, live.responses))
     ran, problems = 0, []
     try:
-        host = hosted_server(server, survey_config(server), routes=routes, endpoints=endpoints)
+        host = hosted_server(server, config, routes=routes, endpoints=endpoints)
         for i, row in enumerate(rows[:tasks]):
             try:
                 rollout = await run_episode(
@@ -677,8 +682,10 @@ def table(results: list[dict[str, Any]]) -> str:
     ]
     for r in sorted(results, key=lambda r: (order.index(r["stage"]), r["server"])):
         agree = f"{r['agree']} / {r['recordings']}" if "agree" in r else ""
-        agree += f" (+{r['live']} live judge)" if r.get("live") and r["stage"] != LIVE_POLICY else ""
-        agree += f"+{r['live']} live" if r["stage"] == LIVE_POLICY else ""
+        if r["stage"] == LIVE_POLICY:
+            agree = f"+{r['live']} live"  # no recordings: nothing agrees or not
+        elif r.get("live"):
+            agree += f" (+{r['live']} live judge)"
         agents = ", ".join(r.get("agents") or []) + (" (own environment)" if r.get("installed") else "")
         problem = re.sub(r"\S*/site-packages/", "site-packages/", str(r.get("error") or ""))  # no machine's paths
         problem = re.sub(re.escape(tempfile.gettempdir()) + r"/[^/\s]+/", "", problem)
