@@ -28,17 +28,17 @@ TINY = Path(tempfile.gettempdir()) / "gym-serve-tiny-model"
 
 def serve_stack(model: str) -> str:
     """The example's applications on a free loopback port; returns the ingress URL."""
-    import ray
     from ray import serve
 
     from gym_serve.deployments.app import build_app
     from gym_serve.deployments.ingress.api import build_ingress
+    from gym_serve.serving.cluster import start_local
     from gym_serve.serving.config import AppArgs
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    start_local(include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     engine = {
         "model": model,

@@ -90,9 +90,10 @@ async def run(
     from ray import serve
 
     from gym_serve.deployments.vllm_model import VLLMModelDeployment
+    from gym_serve.serving.cluster import start_local
     from gym_serve.serving.config import VLLMModelArgs
 
-    ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    start_local(include_dashboard=False, log_to_driver=False)
     serve.start(proxy_location="Disabled")
     args = VLLMModelArgs(engine={"model": model, **engine_opts}, ignore_eos=True, cpu_threads=cpu_threads)
     handle = serve.run(

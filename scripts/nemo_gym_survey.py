@@ -435,12 +435,13 @@ def in_own_environment(server: str, timeout_s: float) -> dict[str, Any]:
     import ray
 
     from gym_serve.environment.nemo_gym import requirements
+    from gym_serve.serving.cluster import start_local
 
     problems = requirements.problems(server)
     if problems:
         return {"server": server, "stage": "dependencies", "error": "; ".join(problems)}
     if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        start_local(num_cpus=2, include_dashboard=False, log_to_driver=False)
     runtime_env = requirements.runtime_env(server)
     judge = {k: v for k, v in os.environ.items() if k.startswith("SURVEY_JUDGE_")}
     runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **judge}

@@ -1,8 +1,9 @@
 """What tests that run the repository's files share: its root folder, Ctrl-C for the processes they start, a
-folder every user can reach, and how far a file being written has got."""
+folder every user can reach, how far a file being written has got, and a replica killed for good."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -39,3 +40,24 @@ def written_lines(path: Path) -> int:
     """Complete lines so far of a file a collection is writing: its last line may be half written, so a test
     that waits for N rows counts newlines instead of parsing."""
     return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+async def killed(actor: str, namespace: str = "serve") -> None:
+    """Kill the named actor (a Serve replica: Serve never restarts one) and return once it is dead.
+
+    `ray.kill` only asks: until the process is gone, a call it holds can still finish (a gate opened just after
+    the kill let one through, and the rollout it belonged to never saw the death it was testing).
+    """
+    import ray
+
+    handle = ray.get_actor(actor, namespace=namespace)
+    ray.kill(handle, no_restart=False)
+    for _ in range(600):
+        try:
+            await asyncio.wait_for(handle.__ray_ready__.remote(), timeout=1)
+        except ray.exceptions.RayActorError:
+            return
+        except TimeoutError:
+            pass
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{actor} still answers 30 s after it was killed")

@@ -17,6 +17,7 @@ from ray import serve
 
 from gym_serve.deployments.app import build_app
 from gym_serve.rollout.capture import calls_of
+from gym_serve.serving.cluster import start_local
 from gym_serve.serving.config import AppArgs
 from gym_serve.wire.tokens import check_contiguity
 from tests.conftest import REPO
@@ -33,7 +34,7 @@ def tiny_engine_app(tiny_model: Path, apps: dict[str, AppArgs], *, max_model_len
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    start_local(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     engine = {
         "model": str(tiny_model),

@@ -31,6 +31,7 @@ from ray import serve
 from gym_serve.cli import SHOWN_BAD_ROWS
 from gym_serve.deployments.app import build_app
 from gym_serve.deployments.ingress.api import build_ingress
+from gym_serve.serving.cluster import start_local
 from gym_serve.serving.config import AppArgs
 from gym_serve.testing.fixtures import example_rows
 from gym_serve.wire.jsonl import strict_loads
@@ -174,7 +175,7 @@ def test_the_corpus_is_what_its_script_writes(tmp_path: Path) -> None:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
     """(Ray's address, the ingress's URL, a folder holding the corpus and the 20 MB row)."""
     port = free_port()
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    start_local(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_app(AppArgs.model_validate({"environment": {"name": APP}})), name=APP, route_prefix=None)
     serve.run(

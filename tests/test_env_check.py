@@ -9,6 +9,7 @@ import pytest
 
 from gym_serve import Environment, Response, Task
 from gym_serve.analysis.check import EnvReport, _check_rows, _recorded_rewards, check_environment
+from gym_serve.serving.cluster import start_local
 from gym_serve.verifiers.non_answer import non_answers
 
 
@@ -61,7 +62,7 @@ def test_rows_need_a_right_and_a_wrong_recording(tmp_path: Path) -> None:
 def test_an_environment_passes_through_real_serve() -> None:
     import ray
 
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    start_local(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         report = check_environment("example_session_state")
     finally:

@@ -26,6 +26,7 @@ from gym_serve.collect.job import CollectJob, failures_path
 from gym_serve.collect.stream import ServeRollouts
 from gym_serve.deployments.app import build_app
 from gym_serve.deployments.ingress.api import build_ingress
+from gym_serve.serving.cluster import start_local
 from gym_serve.serving.config import AppArgs
 from gym_serve.testing.fixtures import example_rows
 
@@ -72,7 +73,7 @@ def ingress_url() -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ.pop("GYM_SERVE_TOKEN", None)
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    start_local(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     for env in AGENTS:
         serve.run(build_app(AppArgs.model_validate({"environment": {"name": env}})), name=env, route_prefix=None)

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from gym_serve.serving import deploy as serving
+from gym_serve.serving.cluster import start_local
 from gym_serve.serving.config import load_serve_config
 from gym_serve.testing.fixtures import example_rows
 from tests.conftest import REPO
@@ -86,7 +87,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, set
     from ray import serve
 
     metrics_port, http_port = free_port(), free_port()
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
+    start_local(num_cpus=4, include_dashboard=False, log_to_driver=False,
              _metrics_export_port=metrics_port)  # fmt: skip
     try:
         shipped = yaml.safe_load((REPO / "deployments" / "ingress.yaml").read_text())

@@ -26,6 +26,7 @@ from examples.grpo_trainer import StepLog, build_sequence, main  # noqa: E402
 from gym_serve.client import GymClient  # noqa: E402
 from gym_serve.deployments.app import build_app  # noqa: E402
 from gym_serve.deployments.ingress.api import build_ingress  # noqa: E402
+from gym_serve.serving.cluster import start_local
 from gym_serve.serving.config import AppArgs  # noqa: E402
 from gym_serve.testing.fixtures import example_rows
 from gym_serve.wire.tokens import token_calls  # noqa: E402
@@ -42,7 +43,7 @@ def base_url(tiny_model: Path) -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ["GYM_SERVE_TOKEN"] = TOKEN  # the replicas and the trainer read it; it is in no config
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    start_local(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(
         build_app(

@@ -40,6 +40,7 @@ from gym_serve.collect.job import CollectJob, failures_path
 from gym_serve.deployments.app import build_app
 from gym_serve.deployments.ingress.api import build_ingress
 from gym_serve.rollout.gateway_session import SessionAddress, SessionSpec
+from gym_serve.serving.cluster import start_local
 from gym_serve.serving.config import AppArgs
 from gym_serve.testing.fixtures import example_rows
 from gym_serve.testing.instant_openai_server import start_instant_server
@@ -82,7 +83,7 @@ def cluster() -> Iterator[dict[str, Any]]:
         port = s.getsockname()[1]
     base_url, instant = start_instant_server()
     os.environ.pop("GYM_SERVE_TOKEN", None)
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    start_local(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     model = {"kind": "openai", "base_url": base_url, "model": "instant", "api": "chat", "api_key": "sk-instant"}
     serve.run(build_app(AppArgs.model_validate({"model": model})), name="instant", route_prefix=None)

@@ -23,6 +23,7 @@ from ray import serve
 from gym_serve.client import GymClient, GymClientError
 from gym_serve.deployments.app import build_app
 from gym_serve.deployments.ingress.api import build_ingress
+from gym_serve.serving.cluster import start_local
 from gym_serve.serving.config import AppArgs
 from gym_serve.testing.fixtures import example_rows
 from gym_serve.testing.overload import overload
@@ -40,7 +41,7 @@ def base_url() -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ["GYM_SERVE_TOKEN"] = TOKEN  # replicas inherit it; it is in no config
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    start_local(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     for env in ("example_single_tool_call", "example_session_state"):
         serve.run(build_app(AppArgs.model_validate({"environment": {"name": env}})), name=env, route_prefix=None)

@@ -28,6 +28,7 @@ from schemathesis import checks
 
 from gym_serve.deployments.app import build_app
 from gym_serve.deployments.ingress.api import build_ingress, openapi_schema
+from gym_serve.serving.cluster import start_local
 from gym_serve.serving.config import AppArgs
 from gym_serve.testing.instant_openai_server import start_instant_server
 from tests.ray_start_cluster import free_port
@@ -54,7 +55,7 @@ def ingresses() -> Iterator[dict[str, str]]:
     base_url, server = start_instant_server()
     port = free_port()
     os.environ[TOKEN_ENV] = TOKEN  # the builder publishes it to the replicas; it is in no config
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    start_local(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         model = {"kind": "openai", "base_url": base_url, "model": "instant", "api_key_env": "NO_KEY_NEEDED"}

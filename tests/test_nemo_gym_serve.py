@@ -31,7 +31,7 @@ from gym_serve.environment import nemo_gym
 from gym_serve.errors import FailureKind, failure_kind
 from gym_serve.serving.config import AppArgs, load_serve_config
 from gym_serve.testing.fixtures import unique
-from tests.conftest import REPO, written_lines
+from tests.conftest import REPO, killed, written_lines
 
 pytestmark = pytest.mark.serve
 
@@ -100,7 +100,7 @@ async def test_a_rollouts_calls_reach_the_replica_that_seeded_it(serve_instance:
     # the replica holding a session dies: that rollout's next call is a lost session (retryable)
     victim = states[1][REPLICA_KEY]
     actor = next(a for a in replica_actors(name, "Environment") if a.endswith(victim))
-    ray.kill(ray.get_actor(actor, namespace="serve"), no_restart=False)
+    await killed(actor)
     with pytest.raises(Exception) as died:
         await count_to(env, tasks[1], states[1])
     assert failure_kind(died.value) is FailureKind.SESSION_LOST

@@ -175,3 +175,31 @@ def test_an_address_that_is_not_one_is_refused_before_anything_starts() -> None:
     with pytest.raises(ClusterError, match=r"`head-node` is not a Ray address: expected HOST:PORT"):
         connect("head-node")
     assert not ray.is_initialized()
+
+
+def test_a_local_start_whose_node_never_comes_up_is_cleaned_up_and_started_again(monkeypatch: Any) -> None:
+    """`start_local`'s second try (a unit test: `ray.init` here fails as Ray's does when a raylet never registers,
+    leaving a process of its own behind)."""
+    import psutil
+
+    from gym_serve.serving import cluster
+
+    calls: list[dict[str, Any]] = []
+    left: list[subprocess.Popen[bytes]] = []
+
+    def init(**options: Any) -> None:
+        calls.append(options)
+        if len(calls) == 1:
+            left.append(subprocess.Popen(["sleep", "300"]))
+            raise Exception("The current node timed out during startup. This could happen because ...")
+
+    monkeypatch.setattr(cluster.ray, "init", init)
+    cluster.start_local(num_cpus=1)
+    assert calls == [{"address": "local", "num_cpus": 1}] * 2
+    assert not psutil.pid_exists(left[0].pid), "what the failed start left running is ended (and reaped)"
+
+    calls.clear()
+    monkeypatch.setattr(cluster.ray, "init", lambda **options: calls.append(options) or 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        cluster.start_local()
+    assert len(calls) == 1, "any other failure is raised at once"

@@ -27,6 +27,7 @@ from gym_serve.collect.attempts import RetryPolicy, run_attempts
 from gym_serve.deployments.app import build_app
 from gym_serve.deployments.openai_model import OpenAIModelDeployment
 from gym_serve.errors import FailureKind, failure_kind
+from gym_serve.serving.cluster import start_local
 from gym_serve.serving.config import AppArgs
 from gym_serve.testing.fixtures import example_rows, unique
 from gym_serve.testing.instant_openai_server import start_instant_server
@@ -56,7 +57,7 @@ def instant() -> Iterator[str]:
 def cluster() -> Iterator[None]:
     os.environ["GYM_SERVE_TEST_KEY"] = KEY  # replicas inherit the environment; the key is in no config
     os.environ["GYM_SERVE_WRONG_KEY"] = "sk-wrong-0000"
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    start_local(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(proxy_location="Disabled")
     yield
     serve.shutdown()

@@ -30,6 +30,7 @@ from gym_serve.deployments.app import build_app  # noqa: E402
 from gym_serve.deployments.ingress.api import build_ingress  # noqa: E402
 from gym_serve.errors import InvalidWeights  # noqa: E402
 from gym_serve.models.weights import PolicyWeights  # noqa: E402
+from gym_serve.serving.cluster import start_local
 from gym_serve.serving.config import AppArgs  # noqa: E402
 from gym_serve.wire.tokens import check_contiguity, token_calls  # noqa: E402
 from tests.constrained import constrained_logprobs  # noqa: E402
@@ -54,7 +55,7 @@ def base_url(tiny_model: Path) -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ["GYM_SERVE_TOKEN"] = TOKEN
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    start_local(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     model = {
         "kind": "vllm",

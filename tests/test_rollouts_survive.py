@@ -26,8 +26,10 @@ from gym_serve.client import GymClient
 from gym_serve.collect.stream import ServeRollouts
 from gym_serve.deployments.app import build_app
 from gym_serve.deployments.ingress.api import build_ingress
+from gym_serve.serving.cluster import start_local
 from gym_serve.serving.config import AppArgs
 from gym_serve.wire.tokens import check_contiguity
+from tests.conftest import killed
 from tests.fault_parts import BumpModel, counting_rows
 from tests.parked_env import gate
 
@@ -55,7 +57,7 @@ def url() -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ.pop("GYM_SERVE_TOKEN", None)
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    start_local(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     for name, replicas in ((COUNTER, 2), (OTHER, 1)):
         serve.run(BumpModel.bind(delay_s=0.01, tokens=True), name=f"{name}-model", route_prefix=None)
@@ -101,7 +103,7 @@ async def test_a_rollout_whose_environment_replica_dies_resumes_at_its_last_turn
     await parked(held, arrivals + 1, rollout)
     victim = (await held.who.remote())[-1]
     (actor,) = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].endswith(victim)]
-    ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=False)
+    await killed(actor["name"], actor["namespace"])
     await held.open.remote()
     resumed = await asyncio.wait_for(rollout, timeout=120)
 

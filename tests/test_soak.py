@@ -18,6 +18,7 @@ import pytest
 import ray
 from ray import serve
 
+from gym_serve.serving.cluster import start_local
 from gym_serve.testing.faults import KINDS, FaultRates
 from gym_serve.testing.soak import SoakConfig, SoakReport, run_soak
 from tests.ray_start_cluster import free_port
@@ -37,7 +38,7 @@ CONFIG = SoakConfig(
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SoakReport]:
     port = free_port()
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    start_local(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     work: Path = tmp_path_factory.mktemp("soak")
     try:

@@ -30,6 +30,7 @@ from gym_serve.client import GymClient  # noqa: E402
 from gym_serve.deployments.app import build_app  # noqa: E402
 from gym_serve.deployments.ingress.api import build_ingress  # noqa: E402
 from gym_serve.models.tiny_model import make_tiny_model  # noqa: E402
+from gym_serve.serving.cluster import start_local
 from gym_serve.serving.config import AppArgs  # noqa: E402
 from gym_serve.testing.fixtures import example_rows  # noqa: E402
 from gym_serve.trainers.sequence import build_sequence  # noqa: E402
@@ -50,7 +51,7 @@ def base_url(tiny_model: Path) -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ["GYM_SERVE_TOKEN"] = TOKEN
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    start_local(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     engine = {
         "model": str(tiny_model),

@@ -29,6 +29,7 @@ from ray import serve  # noqa: E402
 from gym_serve.deployments.app import build_app  # noqa: E402
 from gym_serve.errors import ConfigError  # noqa: E402
 from gym_serve.models.tiny_model import make_tiny_model  # noqa: E402
+from gym_serve.serving.cluster import start_local
 from gym_serve.serving.config import BUILDER, AppArgs, AppSpec, VLLMHTTPModelArgs  # noqa: E402
 from gym_serve.serving.deploy import deploy  # noqa: E402
 from gym_serve.testing.fixtures import example_rows  # noqa: E402
@@ -45,7 +46,7 @@ MAX_MODEL_LEN = 1024
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[None]:
     """Ray first: its start-up times out when it has to share the CPU with a vLLM server already running."""
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    start_local(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(proxy_location="Disabled")
     yield
     serve.shutdown()

@@ -18,6 +18,7 @@ import ray  # noqa: E402
 from ray import serve  # noqa: E402
 
 from gym_serve.deployments.app import build_app  # noqa: E402
+from gym_serve.serving.cluster import start_local
 from gym_serve.serving.config import AppArgs  # noqa: E402
 from gym_serve.testing.fixtures import example_rows
 from gym_serve.wire.tokens import check_contiguity, token_calls  # noqa: E402
@@ -30,7 +31,7 @@ MAX_MODEL_LEN = 1024
 
 @pytest.fixture(scope="module")
 def agent(tiny_model: Path) -> Iterator[Any]:
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    start_local(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(proxy_location="Disabled")
     args = AppArgs.model_validate(
         {

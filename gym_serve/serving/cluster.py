@@ -20,14 +20,18 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
+import psutil
 import ray
 
 from gym_serve.errors import ClusterError
 
-__all__ = ["Cluster", "connect"]
+__all__ = ["Cluster", "connect", "start_local"]
 
 _PROBE_TIMEOUT_S = 10.0
+_LOCAL_STARTS = 2
+"""How many times `start_local` tries to start a local Ray instance."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ def connect(address: str | None = None, *, quiet: bool = True) -> Cluster:
         return _describe(ray.get_runtime_context().gcs_address, "already connected")
     address = address or os.environ.get("RAY_ADDRESS") or "local"
     if address == "local":
-        ray.init(address="local", include_dashboard=False, log_to_driver=not quiet)
+        start_local(include_dashboard=False, log_to_driver=not quiet)
         return _describe("local")
     if address.startswith("ray://"):  # Ray Client: its own protocol and errors; nothing to probe here
         ray.init(address=address, log_to_driver=not quiet)
@@ -76,6 +80,39 @@ def connect(address: str | None = None, *, quiet: bool = True) -> Cluster:
     _probe(target)
     ray.init(address=target, log_to_driver=not quiet)
     return _describe(target, note)
+
+
+def start_local(**options: Any) -> None:
+    """`ray.init(address="local", **options)`, started once more if the new node never comes up.
+
+    On a loaded machine a new node's raylet has been seen never to register with its GCS (it wrote no log at
+    all) and `ray.init` gives up after Ray's fixed 30 s: "The current node timed out during startup". That
+    attempt leaves its GCS, monitor and dashboard running; they are ended before the second start.
+    """
+    for attempt in range(1, _LOCAL_STARTS + 1):
+        before = _descendants()
+        try:
+            ray.init(address="local", **options)
+            return
+        except Exception as e:
+            if "timed out during startup" not in str(e) or attempt == _LOCAL_STARTS:
+                raise
+            _end(_descendants() - before)
+            sys.stderr.write(f"gym-serve: the local Ray instance did not start ({e}); starting it again\n")
+
+
+def _descendants() -> set[psutil.Process]:
+    return set(psutil.Process().children(recursive=True))
+
+
+def _end(processes: set[psutil.Process]) -> None:
+    """Kill `processes` and wait for them (each SIGKILL takes effect at once; the wait reaps them)."""
+    for process in processes:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(list(processes), timeout=10)
 
 
 def _resolve(address: str) -> tuple[str, str]:

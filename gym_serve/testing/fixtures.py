@@ -29,7 +29,9 @@ def serve_instance() -> Iterator[None]:
     import ray
     from ray import serve
 
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    from gym_serve.serving.cluster import start_local
+
+    start_local(num_cpus=4, include_dashboard=False, log_to_driver=False)
     serve.start(proxy_location="Disabled")
     yield
     serve.shutdown()

@@ -618,11 +618,12 @@ NOBODY_DRIVER = r"""
 import asyncio, json, sys
 import ray
 from ray import serve
+from gym_serve.serving.cluster import start_local
 from tests.verifiers import test_code_red_team as red
 
 with open(sys.argv[1]) as f:
     job = json.load(f)
-ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, _temp_dir=job["ray_dir"])
+start_local(num_cpus=4, include_dashboard=False, log_to_driver=False, _temp_dir=job["ray_dir"])
 serve.start(proxy_location="Disabled")
 
 
