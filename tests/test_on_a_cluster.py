@@ -197,6 +197,7 @@ def test_a_local_start_whose_node_never_comes_up_is_cleaned_up_and_started_again
     cluster.start_local(num_cpus=1)
     assert calls == [{"address": "local", "num_cpus": 1}] * 2
     assert not psutil.pid_exists(left[0].pid), "what the failed start left running is ended (and reaped)"
+    left[0].wait(timeout=5)  # so Popen knows too
 
     calls.clear()
     monkeypatch.setattr(cluster.ray, "init", lambda **options: calls.append(options) or 1 / 0)
