@@ -103,3 +103,8 @@ class HarnessAgentDeployment:
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         return self.load.stats()
+
+    def __del__(self) -> None:
+        """Serve's graceful shutdown: a sandbox harness's empty base folder goes with the replica."""
+        if isinstance(self.workspaces, SandboxWorkspaces):
+            self.workspaces.close()

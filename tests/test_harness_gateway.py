@@ -11,7 +11,8 @@ and by raw HTTP. Token capture on a real engine is `tests/test_harness_agents.py
   confined program that reaches nothing but its own session, the session key in no rollout, log or served
   config;
 - the same program in a sandbox of the Sandbox tier (`isolation: sandbox`): it acts in its overlay workspace,
-  reaches only its session, and the reward is read from the file it left there;
+  reaches only its session, and the reward is read from the file it left there; the empty base folder its
+  Agent replica made goes when the application does;
 - harness failures (raises, exits non-zero, never calls the model, outlives its deadline) are masked failure
   rows of their own kinds through a file collection and `POST /v1/rollouts`, and nothing a harness started
   outlives its rollout.
@@ -26,6 +27,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -316,6 +318,10 @@ async def test_a_program_in_a_sandbox_of_the_tier_acts_in_its_workspace_and_reac
     assert not _running("sleep 619"), "the daemon it left was ended with its sandbox"
     sandboxes = serve.get_deployment_handle("Sandbox", app_name="sandboxed")
     assert (await sandboxes.stats.remote())["live"] == 0, "the rollout's sandbox was destroyed"
+    bases = set(Path(tempfile.gettempdir()).glob("gym-serve-empty-base-*"))
+    serve.delete("sandboxed")
+    gone = bases - set(Path(tempfile.gettempdir()).glob("gym-serve-empty-base-*"))
+    assert len(gone) == 1, "the empty base folder its Agent replica made went with the application"
 
 
 # ---- failures, through the front doors ----------------------------------------------------------------------

@@ -103,7 +103,9 @@ class SandboxWorkspaces:
         self.sandboxes = sandboxes
         self.limits = Limits(**options.limits) if options.limits else None
         binds = tuple((host, inside) for inside, host in sorted(options.binds.items()))
-        self.base = Base(folder=options.base or _empty_base(), binds=binds, name="harness")
+        self._empty = None if options.base else _empty_folder()  # kept: the folder lives as long as this does
+        folder = self._empty.name if self._empty else options.base
+        self.base = Base(folder=folder, binds=binds, name="harness")
         self.holder = current_holder()
 
     async def open(self, address: SessionAddress) -> SandboxWorkspace:
@@ -119,10 +121,16 @@ class SandboxWorkspaces:
             raise HarnessError(f"cannot create the harness's sandbox: {e}") from e
         return SandboxWorkspace(self.sandboxes, sandbox)
 
+    def close(self) -> None:
+        """Remove the empty base folder this made, if it made one (the replica's end: Serve kills its process
+        after `__del__`, so no finalizer would)."""
+        if self._empty:
+            self._empty.cleanup()
 
-def _empty_base() -> str:
+
+def _empty_folder() -> tempfile.TemporaryDirectory[str]:
     """The base of a harness sandbox that names none: an empty folder of this replica's own (made here, so no
     other user of the machine can have put files in it), which the sandbox's user can read."""
-    folder = tempfile.mkdtemp(prefix="gym-serve-empty-base-")
-    os.chmod(folder, 0o755)
+    folder = tempfile.TemporaryDirectory(prefix="gym-serve-empty-base-", ignore_cleanup_errors=True)
+    os.chmod(folder.name, 0o755)
     return folder
