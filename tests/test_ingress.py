@@ -151,6 +151,15 @@ async def test_bad_requests_get_clear_4xx_and_the_server_keeps_serving(base_url:
     assert status == 422 and body["field"] == "rows.1.responses_create_params.input.0.role"
     status, body, _ = await post(f"{base_url}/v1/rollouts", {"rows": [row], "temperature": -1})
     assert status == 400 and body["field"] == "temperature"
+    wrong_types = {
+        "temperature": True,
+        "max_output_tokens": "5",
+        "num_repeats": True,
+        "group_policy": {"finish_at": True},
+    }
+    for name, value in wrong_types.items():  # lax parsing would take each as 1 (or 5): the schema says no
+        status, body, _ = await post(f"{base_url}/v1/rollouts", {"rows": [row], name: value})
+        assert status == 400 and body["field"].startswith(name), (name, body)
     status, body, _ = await post(f"{base_url}/run", {"pad": "x" * 300_000})
     assert status == 413
     for headers in ({"Authorization": ""}, {"Authorization": "Bearer wrong"}):

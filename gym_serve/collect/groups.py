@@ -36,7 +36,7 @@ TaskKey = tuple[str, int]
 class GroupPolicy(BaseModel):
     """When a group is finished before all its rollouts are, and what becomes of the others."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # `finish_at: true` is refused, not taken as 1
 
     finish_at: int | None = Field(
         default=None, ge=1, description="Finish a group once this many of its rollouts have finished."
