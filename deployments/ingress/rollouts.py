@@ -57,7 +57,7 @@ HEADER_SAFE = r"^[!-~]+$"
 
 
 class RolloutsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)  # `temperature: true`: a 422, as the schema says
+    model_config = ConfigDict(extra="forbid", strict=True)  # `temperature: true`: a 400, as the schema says
 
     rows: list[dict[str, Any]] = Field(
         default_factory=list, description="NeMo Gym rows (`responses_create_params` + fields)."

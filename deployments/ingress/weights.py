@@ -28,7 +28,7 @@ router = APIRouter(prefix="/v1/weights", tags=["weights"], dependencies=[Authori
 
 
 class WeightsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # `version: true` is no version 1
 
     version: int = Field(ge=1, description="The new policy version: above the current one.")
     checkpoint: str = Field(min_length=1, description="A folder of *.safetensors that every replica's node reads.")
