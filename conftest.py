@@ -10,6 +10,7 @@ finder below makes the path's name the installed module, so every file is one mo
 from __future__ import annotations
 
 import atexit
+import contextlib
 import faulthandler
 import importlib
 import importlib.abc
@@ -72,7 +73,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """
     if _EXIT_STATUS not in config.stash or hasattr(config, "workerinput"):
         return  # an xdist worker reports to its controller as it ends; it exits on its own
-    faulthandler.enable(file=sys.__stderr__, all_threads=True)
+    with contextlib.suppress(AttributeError, ValueError, OSError):  # a runner whose stderr is no file
+        faulthandler.enable(file=sys.__stderr__, all_threads=True)
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
