@@ -17,6 +17,7 @@ import importlib.abc
 import importlib.util
 import os
 import sys
+import threading
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 
@@ -68,13 +69,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     which `ray.shutdown` leaves running, Serve's router loop, torch's pools, telemetry threads). One of them jumped
     into freed memory while CPython tore the process down after a full green run (`1180 passed`, then
     `pytest: segfault ... error 15` in the kernel log, exit 139), so CI failed on a run whose every test passed.
-    The exit functions still run (Ray's shutdown, pytest's temporary-folder locks); the interpreter's teardown,
-    which checks nothing, is skipped. A crash in what is left prints every thread's stack (faulthandler).
+    What CPython's exit does before its teardown still runs, in its order: non-daemon threads are joined and
+    `concurrent.futures` ends its process pools (`threading._shutdown`; run after the exit functions instead, the
+    math verifier's live pool worker hung `multiprocessing`'s exit function), then the exit functions (Ray's
+    shutdown, pytest's temporary-folder locks). The interpreter's teardown, which checks nothing, is skipped. A
+    crash in what is left prints every thread's stack (faulthandler).
     """
     if _EXIT_STATUS not in config.stash or hasattr(config, "workerinput"):
         return  # an xdist worker reports to its controller as it ends; it exits on its own
     with contextlib.suppress(AttributeError, ValueError, OSError):  # a runner whose stderr is no file
         faulthandler.enable(file=sys.__stderr__, all_threads=True)
+    threading._shutdown()  # type: ignore[attr-defined]  # as CPython's exit does first: joins threads, ends pools
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
