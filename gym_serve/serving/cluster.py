@@ -20,12 +20,15 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import ray
 
 from gym_serve.errors import ClusterError
+
+if TYPE_CHECKING:
+    from ray._private.node import Node
 
 __all__ = ["Cluster", "connect", "start_local"]
 
@@ -87,7 +90,7 @@ def start_local(**options: Any) -> None:
 
     On a loaded machine a new node's raylet has been seen never to register with its GCS (it wrote no log at
     all) and `ray.init` gives up after Ray's fixed 30 s: "The current node timed out during startup". That
-    attempt leaves its GCS, monitor and dashboard running; they are ended before the second start.
+    attempt leaves its GCS, raylet, monitor and reaper running; they are ended before the second start.
     """
     for attempt in range(1, _LOCAL_STARTS + 1):
         before = _descendants()
@@ -97,8 +100,31 @@ def start_local(**options: Any) -> None:
         except Exception as e:
             if "timed out during startup" not in str(e) or attempt == _LOCAL_STARTS:
                 raise
-            _end(_descendants() - before)
+            _end_failed_start(e, _descendants() - before)
             sys.stderr.write(f"gym-serve: the local Ray instance did not start ({e}); starting it again\n")
+
+
+def _end_failed_start(error: BaseException, started: set[psutil.Process]) -> None:
+    """End what a failed `ray.init` started: the half-built node's processes through Ray's own
+    `kill_all_processes` first, which waits on its `Popen`s (ended any other way, each `Popen` would warn
+    "subprocess is still running" when collected, an error under `-W error`), then anything else it left."""
+    node = _failed_node(error)
+    if node is not None:
+        node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
+    _end({p for p in started if p.is_running()})
+
+
+def _failed_node(error: BaseException) -> Node | None:
+    """The `Node` whose constructor raised `error` (Ray keeps no other reference to a node that never started)."""
+    from ray._private import node
+
+    traceback = error.__traceback__
+    while traceback is not None:
+        candidate = traceback.tb_frame.f_locals.get("self")
+        if isinstance(candidate, node.Node):
+            return candidate
+        traceback = traceback.tb_next
+    return None
 
 
 def _descendants() -> set[psutil.Process]:
