@@ -60,32 +60,62 @@ def ray_start_cluster(
     `node_env`: variables the node's processes (and so every replica) see, as set on a real cluster's nodes.
     """
     ray_dir = Path(tempfile.mkdtemp(prefix="gsray-"))
-    port, dashboard = free_port(), free_port()
     token = secrets.token_hex(16)
     log = temp_dir / "ray-start.log"
     env = {**plain_env(), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
     env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"  # a test cluster stops at once, no 30 s of draining
     env.update(node_env or {})
-    command = [
-        RAY, "start", "--head", "--block", "--disable-usage-stats",
-        f"--port={port}", f"--num-cpus={num_cpus}", f"--temp-dir={ray_dir}",
-        "--include-dashboard=true", f"--dashboard-port={dashboard}",
-        f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
-    ]  # fmt: skip
-    with log.open("wb") as out:
-        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 180
-        while b"Ray runtime started" not in log.read_bytes():
-            if proc.poll() is not None or time.monotonic() > deadline:
+        for attempt in range(1, STARTS + 1):
+            port, dashboard = free_port(), free_port()
+            command = [
+                RAY, "start", "--head", "--block", "--disable-usage-stats",
+                f"--port={port}", f"--num-cpus={num_cpus}", f"--temp-dir={ray_dir}",
+                "--include-dashboard=true", f"--dashboard-port={dashboard}",
+                f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+            ]  # fmt: skip
+            proc = _started(command, env, log)
+            if proc is not None:
+                break
+            if attempt == STARTS or NEVER_REGISTERED not in log.read_text():
                 raise RuntimeError(f"`ray start` did not come up:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield RayStartCluster(f"127.0.0.1:{port}", token, f"http://127.0.0.1:{dashboard}", ray_dir, log)
-    finally:
-        proc.send_signal(signal.SIGTERM)  # `ray start --block` drains and stops the processes it started
+        assert proc is not None
         try:
-            proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+            yield RayStartCluster(f"127.0.0.1:{port}", token, f"http://127.0.0.1:{dashboard}", ray_dir, log)
+        finally:
+            _stop(proc)
+    finally:
         shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+STARTS = 2
+"""How many times `ray_start_cluster` starts its head: once more when the first node never registered."""
+NEVER_REGISTERED = "timed out during startup"
+"""Ray's words when a new node's raylet never registers with its GCS, as `start_local` meets them in `ray.init`."""
+
+
+def _started(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes] | None:
+    """`ray start --block` running once it says so, or None (stopped, its output appended to `log`) if it never did."""
+    with log.open("ab") as out:
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while b"Ray runtime started" not in log.read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _stop(proc)
+            return None
+        time.sleep(0.5)
+    return proc
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM: `ray start --block` drains and stops the processes it started; what is left then is killed."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)

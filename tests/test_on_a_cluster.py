@@ -253,3 +253,30 @@ def test_a_local_start_whose_node_never_registers_is_ended_cleanly_and_started_a
     assert result["left"] == [], "nothing of the first attempt is left running"
     assert result["unraisable"] == [], "no warning from a collected Popen of the first attempt"
     assert "did not start" in done.stderr and "starting it again" in done.stderr
+
+
+def test_a_ray_start_whose_node_never_registers_is_started_again(tmp_path: Path, monkeypatch: Any) -> None:
+    """The test clusters' `ray start` is tried once more on the same failure (here a stand-in `ray` says Ray's
+    words and exits the first time, then runs the real one); any other failure is raised with its log."""
+    from tests import ray_start_cluster as module
+
+    first = tmp_path / "failed-once"
+    wrapper = tmp_path / "ray"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ ! -e {first} ]; then touch {first}; echo "The current node timed out during startup."; exit 1; fi\n'
+        f'exec {module.RAY} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(module, "RAY", str(wrapper))
+    with module.ray_start_cluster(tmp_path) as started:
+        assert b"Ray runtime started" in started.log.read_bytes()
+        assert "timed out during startup" in started.log.read_text(), "the first attempt's output is kept"
+        status = subprocess.run([str(wrapper), "status", "--address", started.address], env=started.env(),
+                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert status.returncode == 0, status.stderr[-2000:]
+
+    wrapper.write_text("#!/bin/sh\necho 'the raylet cannot bind its port'; exit 1\n")
+    (tmp_path / "other").mkdir()
+    with pytest.raises(RuntimeError, match="cannot bind its port"), module.ray_start_cluster(tmp_path / "other"):
+        pass
