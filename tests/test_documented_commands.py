@@ -53,7 +53,14 @@ from gym_serve.testing.fixtures import example_rows
 from tests.conftest import REPO, interruptible
 from tests.documented import Block, blocks, inline_commands, split_chain
 from tests.fake_openai import FakeOpenAI, serving
-from tests.ray_start_cluster import RayStartCluster, free_port, plain_env, ray_start_cluster
+from tests.ray_start_cluster import (
+    NEVER_REGISTERED,
+    STARTS,
+    RayStartCluster,
+    free_port,
+    plain_env,
+    ray_start_cluster,
+)
 
 pytestmark = [pytest.mark.serve, pytest.mark.timeout(900)]
 
@@ -352,9 +359,17 @@ class Session:
         self.stop_server()
         config = self._nemo_gym_mapped(words) or self.cwd / next(w for w in words if w.endswith(".yaml"))
         port = int(words[words.index("--http-port") + 1]) if "--http-port" in words else _http_port(config)
-        log = self.box.work / f"server-{time.monotonic_ns()}.log"
-        proc, self.server = start_process(part, self.box, self.cwd, log)
-        wait_ready(proc, self.server, serve_config_probe(config, port, self.box.env.get("GYM_SERVE_TOKEN")))
+        probe = serve_config_probe(config, port, self.box.env.get("GYM_SERVE_TOKEN"))
+        for attempt in range(1, STARTS + 1):
+            log = self.box.work / f"server-{time.monotonic_ns()}.log"
+            proc, self.server = start_process(part, self.box, self.cwd, log)
+            try:
+                wait_ready(proc, self.server, probe)
+                return
+            except pytest.fail.Exception:
+                if attempt == STARTS or NEVER_REGISTERED not in self.server.output():
+                    raise
+                self.stop_server()  # `serve run`'s own Ray start met Ray's failure that `start_local` retries
 
     def _nemo_gym_mapped(self, words: list[str]) -> Path | None:
         """`gym-serve up "+config_paths=[...]"`: the Serve config NeMo Gym's configs map to, for the probe."""
