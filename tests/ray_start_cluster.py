@@ -77,7 +77,7 @@ def ray_start_cluster(
             proc = _started(command, env, log)
             if proc is not None:
                 break
-            if attempt == STARTS or NEVER_REGISTERED not in log.read_text():
+            if attempt == STARTS or not never_came_up(log.read_text()):
                 raise RuntimeError(f"`ray start` did not come up:\n{log.read_text()[-3000:]}")
         assert proc is not None
         try:
@@ -89,9 +89,15 @@ def ray_start_cluster(
 
 
 STARTS = 2
-"""How many times `ray_start_cluster` starts its head: once more when the first node never registered."""
-NEVER_REGISTERED = "timed out during startup"
-"""Ray's words when a new node's raylet never registers with its GCS, as `start_local` meets them in `ray.init`."""
+"""How many times `ray_start_cluster` starts its head: once more when the first node never came up."""
+NEVER_CAME_UP = ("The current node timed out during startup", "Timed out waiting for file")
+"""Ray's words when a new node's raylet never registers, or its GCS never writes its port, each after 30 s: the
+failures `start_local` tries again in `ray.init` (seen on a loaded machine: the process never started)."""
+
+
+def never_came_up(output: str) -> bool:
+    """Whether a Ray command's output shows its new node failing to come up (`NEVER_CAME_UP`)."""
+    return any(words in output for words in NEVER_CAME_UP)
 
 
 def _started(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes] | None:

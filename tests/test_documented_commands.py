@@ -54,10 +54,10 @@ from tests.conftest import REPO, interruptible
 from tests.documented import Block, blocks, inline_commands, split_chain
 from tests.fake_openai import FakeOpenAI, serving
 from tests.ray_start_cluster import (
-    NEVER_REGISTERED,
     STARTS,
     RayStartCluster,
     free_port,
+    never_came_up,
     plain_env,
     ray_start_cluster,
 )
@@ -367,9 +367,9 @@ class Session:
                 wait_ready(proc, self.server, probe)
                 return
             except pytest.fail.Exception:
-                if attempt == STARTS or NEVER_REGISTERED not in self.server.output():
+                if attempt == STARTS or not never_came_up(self.server.output()):
                     raise
-                self.stop_server()  # `serve run`'s own Ray start met Ray's failure that `start_local` retries
+                self.stop_server()  # `serve run`'s own Ray start met a failure `start_local` retries
 
     def _nemo_gym_mapped(self, words: list[str]) -> Path | None:
         """`gym-serve up "+config_paths=[...]"`: the Serve config NeMo Gym's configs map to, for the probe."""

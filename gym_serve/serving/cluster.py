@@ -88,9 +88,11 @@ def connect(address: str | None = None, *, quiet: bool = True) -> Cluster:
 def start_local(**options: Any) -> None:
     """`ray.init(address="local", **options)`, started once more if the new node never comes up.
 
-    On a loaded machine a new node's raylet has been seen never to register with its GCS (it wrote no log at
-    all) and `ray.init` gives up after Ray's fixed 30 s: "The current node timed out during startup". That
-    attempt leaves its GCS, raylet, monitor and reaper running; they are ended before the second start.
+    On a loaded machine one of a new node's processes has been seen never to start (it wrote no log at all):
+    the raylet never registering with its GCS ("The current node timed out during startup"), or the GCS never
+    writing its port ("Timed out waiting for file .../gcs_server_port_..."), each after Ray's 30 s. Whatever
+    fails while the node is being built, its processes are ended (so none runs on, and no `Popen` of theirs
+    warns later) and, once, the start is tried again; an error before any node exists is raised at once.
     """
     for attempt in range(1, _LOCAL_STARTS + 1):
         before = _descendants()
@@ -98,20 +100,36 @@ def start_local(**options: Any) -> None:
             ray.init(address="local", **options)
             return
         except Exception as e:
-            if "timed out during startup" not in str(e) or attempt == _LOCAL_STARTS:
+            node = _failed_node(e)
+            if node is None:
                 raise
-            _end_failed_start(e, _descendants() - before)
-            sys.stderr.write(f"gym-serve: the local Ray instance did not start ({e}); starting it again\n")
+            state = _end_failed_start(node, _descendants() - before)
+            if attempt == _LOCAL_STARTS:
+                raise
+            sys.stderr.write(f"gym-serve: the local Ray instance did not start ({e}; {state}); starting it again\n")
 
 
-def _end_failed_start(error: BaseException, started: set[psutil.Process]) -> None:
-    """End what a failed `ray.init` started: the half-built node's processes through Ray's own
-    `kill_all_processes` first, which waits on its `Popen`s (ended any other way, each `Popen` would warn
-    "subprocess is still running" when collected, an error under `-W error`), then anything else it left."""
-    node = _failed_node(error)
-    if node is not None:
-        node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
+def _end_failed_start(node: Node, started: set[psutil.Process]) -> str:
+    """End what a failed `ray.init` started, and say what state its node's processes were in.
+
+    The half-built node's processes go through Ray's own `kill_all_processes`, which waits on their `Popen`s
+    (ended any other way, each `Popen` would warn "subprocess is still running" when collected, an error under
+    `-W error`); psutil then ends anything else the attempt started.
+    """
+    state = ", ".join(_state(kind, info.process.pid) for kind, infos in node.all_processes.items() for info in infos)
+    node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
     _end({p for p in started if p.is_running()})
+    return f"its processes then: {state or 'none'}"
+
+
+def _state(kind: str, pid: int) -> str:
+    """`gcs_server sleeping`, or `raylet before exec sleeping` while the process is still this interpreter's fork."""
+    try:
+        process = psutil.Process(pid)
+        forked = process.cmdline() == psutil.Process().cmdline()
+        return f"{kind} {'before exec ' if forked else ''}{process.status()}"
+    except psutil.Error:
+        return f"{kind} gone"
 
 
 def _failed_node(error: BaseException) -> Node | None:
