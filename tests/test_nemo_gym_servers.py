@@ -112,8 +112,20 @@ NOT_VERDICTS = {
 }
 """Fields of a recording that no verify response gives, and where they come from."""
 
-SLOW_MATH = {("math_with_judge", 1)}
-"""math-verify stops its own comparison after 5 s and scores 0; on a slow or loaded CPU this one takes longer."""
+MATH_VERIFY_SECONDS = 60
+"""math-verify stops each comparison after 5 s and scores it 0 (NeMo Gym's `math_with_judge` calls it so).
+Recording 1's comparison takes about 4.4 s on a quiet CPU of this machine: one busy core more and it scores 0,
+so the replay lifts that limit to test what the replay decides (the answer that reaches the server), not the
+machine's load. A CI run once saw 0.0 there in 4.5 s, which the 5 s limit alone does not explain; with the limit
+lifted, such a verdict fails the test with the row's fields."""
+
+
+def patience_for_math_verify(monkeypatch: pytest.MonkeyPatch) -> None:
+    """math-verify's comparison, as NeMo Gym's server calls it (through `math_metric`), with a longer limit. The
+    server runs it in a forked child, which inherits the patch."""
+    from math_verify import grader, metric
+
+    monkeypatch.setattr(metric, "verify", functools.partial(grader.verify, timeout_seconds=MATH_VERIFY_SECONDS))
 
 
 def structured_outputs_row(recorded: dict[str, Any]) -> dict[str, Any]:
@@ -162,22 +174,21 @@ async def test_recorded_rollouts_replay_to_their_recorded_rewards(
     server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(nemo_gym.data_dir(server).parent)  # where an Environment replica runs it (its own folder)
+    if server == "math_with_judge":
+        patience_for_math_verify(monkeypatch)
     host = judged_host(server)
     pairs = recorded_rollouts(server)
     assert len(pairs) == 5
     for i, (row, recorded) in enumerate(pairs):
         if server == "structured_outputs":
             row = structured_outputs_row(recorded)
-        started = time.perf_counter()
         rollout = await replay(host, row, recorded, tmp_path)
-        took = time.perf_counter() - started
         expected = float(recorded["reward"])
         if (server, i) in KNOWN:
             assert rollout["reward"] != expected, f"fixed? {KNOWN[(server, i)]}"
-        elif (server, i) in SLOW_MATH and rollout["reward"] != expected:
-            assert rollout["reward"] == 0.0 and took > 5.0, f"recording {i}: {rollout['reward']} in {took:.1f} s"
         else:
-            assert rollout["reward"] == expected, f"recording {i}: got {rollout['reward']}, NeMo Gym {expected}"
+            verdict = {k: v for k, v in rollout.items() if k not in ("response", "responses_create_params")}
+            assert rollout["reward"] == expected, f"recording {i}: got {verdict}, NeMo Gym {expected}"
         # the verify response's own fields land on the row, as on NeMo Gym's
         verify_fields = {k for k in recorded if not k.startswith("_ng_") and k not in ("agent_ref", "reward")}
         verify_fields -= NOT_VERDICTS.keys()
