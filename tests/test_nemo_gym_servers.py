@@ -112,20 +112,25 @@ NOT_VERDICTS = {
 }
 """Fields of a recording that no verify response gives, and where they come from."""
 
-MATH_VERIFY_SECONDS = 60
-"""math-verify stops each comparison after 5 s and scores it 0 (NeMo Gym's `math_with_judge` calls it so).
-Recording 1's comparison takes about 4.4 s on a quiet CPU of this machine: one busy core more and it scores 0,
-so the replay lifts that limit to test what the replay decides (the answer that reaches the server), not the
-machine's load. A CI run once saw 0.0 there in 4.5 s, which the 5 s limit alone does not explain; with the limit
-lifted, such a verdict fails the test with the row's fields."""
+MATH_VERIFY_SECONDS = 100
+"""NeMo Gym's `math_with_judge` gives math-verify two limits, each scored 0 when passed: 5 s per comparison
+(math-verify's own alarm) and 10 s for the whole check (`library_verifier_timeout_seconds`, after which the server
+kills its forked child). Recording 1's check takes about 4.9 s on a quiet CPU of this machine, and past either limit
+on a loaded or slower one: CI runs saw 0.0 in 4.5 s (with both limits) and in 10.1 s (with only the first lifted).
+The replay lifts both, below the host's own 120 s deadline, to test what the replay decides (the answer that
+reaches the server), not the machine's speed."""
 
 
-def patience_for_math_verify(monkeypatch: pytest.MonkeyPatch) -> None:
-    """math-verify's comparison, as NeMo Gym's server calls it (through `math_metric`), with a longer limit. The
-    server runs it in a forked child, which inherits the patch."""
+def patience_for_math_verify(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """math-verify's comparisons, as NeMo Gym's server makes them (through `math_metric`, then `grader.verify` for
+    the extracted answer), with a longer limit; the forked child inherits the patch. Returns the server config
+    that lifts its limit on the whole check."""
     from math_verify import grader, metric
 
-    monkeypatch.setattr(metric, "verify", functools.partial(grader.verify, timeout_seconds=MATH_VERIFY_SECONDS))
+    patient = functools.partial(grader.verify, timeout_seconds=MATH_VERIFY_SECONDS)
+    monkeypatch.setattr(metric, "verify", patient)
+    monkeypatch.setattr(grader, "verify", patient)
+    return {"library_verifier_timeout_seconds": MATH_VERIFY_SECONDS}
 
 
 def structured_outputs_row(recorded: dict[str, Any]) -> dict[str, Any]:
@@ -144,12 +149,12 @@ def structured_outputs_row(recorded: dict[str, Any]) -> dict[str, Any]:
     return {"responses_create_params": recorded["responses_create_params"], "schema_str": json.dumps(schema)}
 
 
-def judged_host(server: str) -> NemoGymServer:
-    """The server, with the config its Serve config gives it, and each model it references (`judge_model`, ...)
-    routed to a Model tier that `replay` sets."""
+def judged_host(server: str, **config_overrides: Any) -> NemoGymServer:
+    """The server, with the config its Serve config gives it (and `config_overrides`), and each model it
+    references (`judge_model`, ...) routed to a Model tier that `replay` sets."""
     references = catalog.model_references(server_config_defaults(server)).values()
     (spec,) = load_serve_config(REPO / "deployments" / "nemo_gym" / f"{server}.yaml")
-    config = spec.app_args("").environment.config
+    config = {**spec.app_args("").environment.config, **config_overrides}
     return hosted_server(server, config, routes=Routes(models=dict.fromkeys(references, _no_judge)))
 
 
@@ -174,9 +179,8 @@ async def test_recorded_rollouts_replay_to_their_recorded_rewards(
     server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(nemo_gym.data_dir(server).parent)  # where an Environment replica runs it (its own folder)
-    if server == "math_with_judge":
-        patience_for_math_verify(monkeypatch)
-    host = judged_host(server)
+    overrides = patience_for_math_verify(monkeypatch) if server == "math_with_judge" else {}
+    host = judged_host(server, **overrides)
     pairs = recorded_rollouts(server)
     assert len(pairs) == 5
     for i, (row, recorded) in enumerate(pairs):
