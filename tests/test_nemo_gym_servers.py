@@ -116,9 +116,9 @@ MATH_VERIFY_SECONDS = 100
 """NeMo Gym's `math_with_judge` gives math-verify two limits, each scored 0 when passed: 5 s per comparison
 (math-verify's own alarm) and 10 s for the whole check (`library_verifier_timeout_seconds`, after which the server
 kills its forked child). Recording 1's check takes about 4.9 s on a quiet CPU of this machine, and past either limit
-on a loaded or slower one: CI runs saw 0.0 in 4.5 s (with both limits) and in 10.1 s (with only the first lifted).
-The replay lifts both, below the host's own 120 s deadline, to test what the replay decides (the answer that
-reaches the server), not the machine's speed."""
+on a loaded or slower one (a CI run saw 0.0 in 10.1 s, with only the first lifted). The replay lifts both, below
+the host's own 120 s deadline, to test what the replay decides (the answer that reaches the server), not the
+machine's speed."""
 
 
 def patience_for_math_verify(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
@@ -174,19 +174,51 @@ async def replay(host: NemoGymServer, row: dict[str, Any], recorded: dict[str, A
     return await run_episode(row, model=model, env=host, env_info=host.describe(), config=config)
 
 
+FORKED_BY_THE_SERVER = {"math_with_judge"}
+"""Servers that fork the process hosting them (math_with_judge runs math-verify in a `fork` child). Their replays
+run in a fresh interpreter: this test process has hosted Ray drivers, whose gRPC state a forked child inherits, and
+two CI runs saw that child segfault inside gRPC's `cygrpc` (the kernel log: `pytest[…]: segfault … in
+cygrpc.cpython-311…so`), which NeMo Gym's server scores `(0.0, None)` — the recording's 0.0 in 4.5 and 6.0 s."""
+
+
+async def replayed(server: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict[str, Any]], int]:
+    """Each of the server's recordings replayed, in order, and how many sessions the host still holds after."""
+    monkeypatch.chdir(nemo_gym.data_dir(server).parent)  # where an Environment replica runs it (its own folder)
+    overrides = patience_for_math_verify(monkeypatch) if server == "math_with_judge" else {}
+    host = judged_host(server, **overrides)
+    rollouts = []
+    for row, recorded in recorded_rollouts(server):
+        if server == "structured_outputs":
+            row = structured_outputs_row(recorded)
+        rollouts.append(await replay(host, row, recorded, tmp))
+    return rollouts, host.open_sessions
+
+
+def replayed_in_a_fresh_interpreter(server: str, tmp: Path) -> tuple[list[dict[str, Any]], int]:
+    """`replayed`, run by a new Python process; its result comes back as the last line of its output."""
+    code = (
+        "import asyncio, json, pathlib, pytest\n"
+        "from tests.test_nemo_gym_servers import replayed\n"
+        f"got = asyncio.run(replayed({server!r}, pathlib.Path({str(tmp)!r}), pytest.MonkeyPatch()))\n"
+        "print(json.dumps(got, default=str))\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    rollouts, open_sessions = json.loads(ran.stdout.splitlines()[-1])
+    return rollouts, open_sessions
+
+
 @pytest.mark.parametrize("server", PROVEN)
 async def test_recorded_rollouts_replay_to_their_recorded_rewards(
     server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(nemo_gym.data_dir(server).parent)  # where an Environment replica runs it (its own folder)
-    overrides = patience_for_math_verify(monkeypatch) if server == "math_with_judge" else {}
-    host = judged_host(server, **overrides)
     pairs = recorded_rollouts(server)
     assert len(pairs) == 5
-    for i, (row, recorded) in enumerate(pairs):
-        if server == "structured_outputs":
-            row = structured_outputs_row(recorded)
-        rollout = await replay(host, row, recorded, tmp_path)
+    if server in FORKED_BY_THE_SERVER:
+        rollouts, open_sessions = replayed_in_a_fresh_interpreter(server, tmp_path)
+    else:
+        rollouts, open_sessions = await replayed(server, tmp_path, monkeypatch)
+    for i, ((_, recorded), rollout) in enumerate(zip(pairs, rollouts, strict=True)):
         expected = float(recorded["reward"])
         if (server, i) in KNOWN:
             assert rollout["reward"] != expected, f"fixed? {KNOWN[(server, i)]}"
@@ -197,7 +229,7 @@ async def test_recorded_rollouts_replay_to_their_recorded_rewards(
         verify_fields = {k for k in recorded if not k.startswith("_ng_") and k not in ("agent_ref", "reward")}
         verify_fields -= NOT_VERDICTS.keys()
         assert verify_fields | {"mask_sample", "failure_kind", "failure_reason"} <= rollout.keys()
-    assert host.open_sessions == 0, "every session ends with its verify"
+    assert open_sessions == 0, "every session ends with its verify"
 
 
 async def test_a_stateful_servers_tool_answers_are_the_recorded_ones(tmp_path: Path) -> None:
