@@ -174,11 +174,12 @@ async def replay(host: NemoGymServer, row: dict[str, Any], recorded: dict[str, A
     return await run_episode(row, model=model, env=host, env_info=host.describe(), config=config)
 
 
-FORKED_BY_THE_SERVER = {"math_with_judge"}
-"""Servers that fork the process hosting them (math_with_judge runs math-verify in a `fork` child). Their replays
-run in a fresh interpreter: this test process has hosted Ray drivers, whose gRPC state a forked child inherits, and
-two CI runs saw that child segfault inside gRPC's `cygrpc` (the kernel log: `pytest[…]: segfault … in
-cygrpc.cpython-311…so`), which NeMo Gym's server scores `(0.0, None)` — the recording's 0.0 in 4.5 and 6.0 s."""
+FORKED_BY_THE_SERVER = {"math_with_judge", "math_with_autograder", "physics_judge", "polymath", "ugphysics_judge"}
+"""Servers that fork the process hosting them: math_with_judge runs math-verify in a `fork` child, and the other four
+subclass its server. Their replays run in a fresh interpreter: this test process has hosted Ray drivers, whose
+gRPC state a forked child inherits, and two suite runs saw that child segfault inside gRPC's `cygrpc` (the kernel
+log: `pytest[…]: segfault … in cygrpc.cpython-311…so`), which NeMo Gym's server scores `(0.0, None)`: recording 1
+of math_with_judge scored 0.0 in 4.5 and 6.0 s."""
 
 
 async def replayed(server: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict[str, Any]], int]:
