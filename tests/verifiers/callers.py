@@ -6,7 +6,7 @@ Python reading this venv's packages (`venv_site`). As `nobody` the caller shares
 sandbox in the `fallback` mode: the case the kernel's uid checks do not cover. It runs a job (a
 JSON file): each of `solutions` through `verify_asserts` against `tests` (or through `run_python`
 when `tests` is null), in `mode`, with `limits`; `CALLER_PID` anywhere in the job reads as the
-caller's pid, and a `harness` source, when given, stands in for `_sandbox_harness.py` (a hostile
+caller's pid, and a `harness` source, when given, stands in for `_judge_harness.py` (a hostile
 harness). It prints its pid, then one JSON line: each solution's result (`reward`, `passed`,
 `details`, `harness_layers`; `exit_code`, `stdout`, `stderr` for a run; `error` when the verifier
 raised).
@@ -28,12 +28,13 @@ WHO = ["root", "nobody"]
 
 CALLER = r"""
 import asyncio, json, os, sys
+from gym_serve.sandbox import judge
 from gym_serve.verifiers import code
 with open(sys.argv[1]) as f:
     job = json.loads(f.read().replace("CALLER_PID", str(os.getpid())))
 if job.get("harness"):
-    real = code._source
-    code._source = lambda name: job["harness"] if name == "_sandbox_harness.py" else real(name)
+    real = judge._source
+    judge._source = lambda name: job["harness"] if name == "_judge_harness.py" else real(name)
 print(json.dumps({"caller": os.getpid()}), flush=True)
 limits = code.SandboxLimits(**job["limits"])
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from gym_serve.sandbox import judge
 from gym_serve.verifiers import code
 from gym_serve.verifiers.code import SandboxError, SandboxLimits, verify_asserts, verify_calls
 from tests.verifiers.callers import WHO, call, processes_with, venv_site
@@ -345,9 +346,9 @@ async def hostile_harness_through_serve(harness: str, secret: str) -> dict[str, 
         """A replica whose code verifier starts the hostile harness in place of the real one."""
 
         def __init__(self, harness: str) -> None:
-            real = code._source
+            real = judge._source
             harness = harness.replace("CALLER_PID", str(os.getpid()))
-            code._source = lambda name: harness if name == "_sandbox_harness.py" else real(name)  # type: ignore
+            judge._source = lambda name: harness if name == "_judge_harness.py" else real(name)  # type: ignore
 
         async def verify(self, mode: str) -> dict[str, Any]:
             result = await code.verify_asserts(CORRECT, TESTS, limits=LIMITS, mode=mode)
@@ -498,7 +499,7 @@ attempt("kill the caller's group", lambda: os.killpg(os.getpgid(CALLER_PID), sig
 attempt("start a process that outlives the sandbox", outlive)
 return {"tests": [["fail", json.dumps(report)]] * len(self.spec["tests"])}
 """
-HARNESS = Path(code.__file__).with_name("_sandbox_harness.py")
+HARNESS = Path(judge.__file__).with_name("_judge_harness.py")
 ANCHOR = "    def run_asserts(self):\n"
 
 
@@ -578,9 +579,9 @@ def test_a_hostile_harness_still_reaches_nothing_outside(who: str, mode: str, tm
 
 def swap_harness(monkeypatch: pytest.MonkeyPatch, first_lines_of_run_asserts: str) -> None:
     """The harness, with these lines first in `run_asserts`, in place of the real one (in this process)."""
-    real = code._source
+    real = judge._source
     harness = HARNESS.read_text().replace(ANCHOR, ANCHOR + textwrap.indent(first_lines_of_run_asserts, " " * 8))
-    monkeypatch.setattr(code, "_source", lambda name: harness if name == HARNESS.name else real(name))
+    monkeypatch.setattr(judge, "_source", lambda name: harness if name == HARNESS.name else real(name))
 
 
 @pytest.mark.parametrize("mode", MODES)

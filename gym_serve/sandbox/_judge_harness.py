@@ -5,7 +5,7 @@ in the fallback, as a plain child process). It reads one JSON spec from stdin (t
 expected values live only here, in this process's memory, never in a file), makes itself
 non-dumpable, leaves the work dir (its working directory is `/`), raises the kernel's walls on
 itself (`gym_serve.sandbox._confine.confine_harness`: no capabilities, so the mounts stay as they are;
-seccomp; Landlock), and runs the solution in separate *runner* processes (`_sandbox_runner.py`),
+seccomp; Landlock), and runs the solution in separate *runner* processes (`_judge_runner.py`),
 each confined by `gym_serve.sandbox._confine.confine` before it execs. It writes one JSON result line to
 its stdout, which no runner inherits or can reach.
 
