@@ -27,8 +27,17 @@ The walls:
   sandbox can unmount a tmpfs or remount a read-only mount writable, ptrace or read a
   (non-dumpable) trusted process, or regain capabilities by exec.
 - seccomp: no ptrace or cross-process memory access, no new namespaces, mounts, keyrings, BPF,
-  perf or io_uring; the code profiles also refuse sockets and signals to other processes.
-  x86_64 and aarch64; other architectures go without it.
+  perf or io_uring; the code profiles also refuse signals to other processes and:
+  - sockets (`socket`), but a connected UNIX stream pair (`socketpair(AF_UNIX, SOCK_STREAM)`,
+    its own pipes); sending to an address (`sendto` with one, `sendmsg`, `sendmmsg`: their
+    address sits behind a pointer): a datagram socket could reach any socket file on the host;
+  - SysV IPC (shared memory, semaphores, message queues) and POSIX message queues: without an
+    IPC namespace (the `fallback` mode) they outlive the sandbox on the host, and an id is a
+    small number another process's object can be reached by;
+  - `memfd_create`, `memfd_secret`: memory no rlimit counts (a memfd filled with `write()` is
+    never mapped, so `RLIMIT_AS` does not see it).
+  The workspace profiles keep all of these (a shell's tools use them; their sandboxes have an
+  IPC namespace and a memory cgroup). x86_64 and aarch64; other architectures go without it.
 - Landlock: reads only beneath the given directories, writes only beneath the writable ones,
   no signals and no abstract UNIX sockets out of the sandbox (ABI 6+); TCP refused (ABI 4+)
   where the profile has no network; also, by Landlock's design, no ptrace of (or
@@ -57,7 +66,7 @@ _RET_ALLOW = 0x7FFF0000
 _RET_KILL_PROCESS = 0x80000000
 _RET_EPERM = 0x00050000 | 1
 _RET_ENOSYS = 0x00050000 | 38
-_LD_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+_LD_ABS, _JEQ, _JGE, _JSET, _AND, _RET = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06
 _CLONE_NEW_ANY = 0x7E020080  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET|NEWTIME
 _F_SETOWN, _F_SETOWN_EX = 8, 15
 
@@ -68,6 +77,10 @@ _DENIED = (
     "open_by_handle_at name_to_handle_at fsopen fsmount move_mount open_tree fspick mount_setattr"
 ).split()
 _RUNNER_ONLY_DENIED = ["setpgid"]  # the harness puts each runner in a process group of its own
+_CODE_DENIED = (
+    "shmget shmat shmdt shmctl semget semop semtimedop semctl msgget msgsnd msgrcv msgctl mq_open mq_unlink "
+    "mq_timedsend mq_timedreceive mq_notify mq_getsetattr memfd_create memfd_secret sendmsg sendmmsg"
+).split()  # the runner and the harness: none of them is needed there (module docstring)
 _WORKSPACE_ALLOWED = {
     "socket",
     "setsid",
@@ -79,6 +92,7 @@ _WORKSPACE_ALLOWED = {
     "pidfd_send_signal",
 }  # a shell's job control and servers; the PID namespace bounds their reach
 _AF_UNIX = 1
+_SOCK_STREAM, _SOCK_TYPE_MASK = 1, 0xF  # the type's other bits are SOCK_NONBLOCK and SOCK_CLOEXEC
 _ARCHES = {
     "x86_64": (
         0xC000003E,
@@ -90,7 +104,11 @@ _ARCHES = {
          "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
          "clone3": 435, "kcmp": 312, "open_by_handle_at": 304, "name_to_handle_at": 303, "clone": 56,
          "fcntl": 72, "fsopen": 430, "fsmount": 432, "move_mount": 429, "open_tree": 428, "fspick": 433,
-         "mount_setattr": 442},
+         "mount_setattr": 442, "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65,
+         "semctl": 66, "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "mq_open": 240,
+         "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
+         "memfd_create": 319, "memfd_secret": 447, "socketpair": 53, "sendto": 44, "sendmsg": 46,
+         "sendmmsg": 307},
     ),
     "aarch64": (
         0xC00000B7,
@@ -102,7 +120,11 @@ _ARCHES = {
          "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
          "clone3": 435, "kcmp": 272, "open_by_handle_at": 265, "name_to_handle_at": 264, "clone": 220,
          "fcntl": 25, "fsopen": 430, "fsmount": 432, "move_mount": 429, "open_tree": 428, "fspick": 433,
-         "mount_setattr": 442},
+         "mount_setattr": 442, "shmget": 194, "shmat": 196, "shmctl": 195, "shmdt": 197, "semget": 190,
+         "semop": 193, "semctl": 191, "semtimedop": 192, "msgget": 186, "msgsnd": 189, "msgrcv": 188,
+         "msgctl": 187, "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182, "mq_timedreceive": 183,
+         "mq_notify": 184, "mq_getsetattr": 185, "memfd_create": 279, "memfd_secret": 447, "socketpair": 199,
+         "sendto": 206, "sendmsg": 211, "sendmmsg": 269},
     ),
 }  # fmt: skip
 
@@ -239,6 +261,7 @@ def _filter(
     harness may `kill` only process groups (`kill(-pgid, sig)`: its runners'), never one process nor
     every process (`-1`), and may put a child in a group of its own, but never leave its session.
     A workspace may signal and make sockets (offline: UNIX sockets only) within its namespaces.
+    The code profiles may make a UNIX stream pair only, and send only on a connected socket (no address).
     """
     harness = profile == "harness"
     workspace = profile.startswith("workspace")
@@ -258,6 +281,7 @@ def _filter(
     if x32_guard:
         emit(_JGE, 0x40000000, "deny", 0)
     denied = [n for n in _DENIED if not (workspace and n in _WORKSPACE_ALLOWED)]
+    denied += [] if workspace else _CODE_DENIED
     for name in denied + ([] if harness or workspace else _RUNNER_ONLY_DENIED):
         emit(_JEQ, nr[name], "deny", 0)
     emit(_JEQ, nr["clone3"], "nosys", 0)  # its flags sit behind a pointer; glibc falls back to clone
@@ -267,6 +291,8 @@ def _filter(
     if not workspace:
         emit(_JEQ, nr["kill"], "kill", 0)
         emit(_JEQ, nr["fcntl"], "fcntl", 0)
+        emit(_JEQ, nr["socketpair"], "socketpair", 0)
+        emit(_JEQ, nr["sendto"], "sendto", 0)
     emit(_RET, _RET_ALLOW)
     label("socket")  # offline: a UNIX socket only (the domain, the low 32 bits of the first argument)
     emit(_LD_ABS, 16)
@@ -283,6 +309,17 @@ def _filter(
     label("clone")
     emit(_LD_ABS, 16)
     emit(_JSET, _CLONE_NEW_ANY, "deny", "allow")
+    label("socketpair")  # a connected UNIX stream pair: a datagram or seqpacket one could send to any socket file
+    emit(_LD_ABS, 16)  # the domain (an int: the low 32 bits)
+    emit(_JEQ, _AF_UNIX, 0, "deny")
+    emit(_LD_ABS, 24)  # the type, its flags masked out
+    emit(_AND, _SOCK_TYPE_MASK)
+    emit(_JEQ, _SOCK_STREAM, "allow", "deny")
+    label("sendto")  # only without an address (`send()` is `sendto(..., NULL, 0)`): a pointer, both 32-bit halves
+    emit(_LD_ABS, 48)
+    emit(_JEQ, 0, 0, "deny")
+    emit(_LD_ABS, 52)
+    emit(_JEQ, 0, "allow", "deny")
     label("fcntl")  # F_SETOWN would aim SIGIO at any process
     emit(_LD_ABS, 24)
     emit(_JEQ, _F_SETOWN, "deny", 0)
@@ -297,6 +334,8 @@ def _filter(
     for index, (op, jt, jf, k) in enumerate(code):
         jt = labels[jt] - index - 1 if isinstance(jt, str) else jt
         jf = labels[jf] - index - 1 if isinstance(jf, str) else jf
+        if not (0 <= jt <= 255 and 0 <= jf <= 255):  # a conditional jump's offsets are one byte each
+            raise ValueError(f"seccomp: a jump at instruction {index} is out of reach ({jt}, {jf})")
         program.append((op, jt, jf, k))
     return program
 

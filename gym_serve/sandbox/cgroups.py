@@ -7,12 +7,15 @@ hierarchy with those controllers) are both read. Each provider's cgroups live un
 named with its process's pid and its tag, made beneath the process's own cgroup; a provider whose
 process died leaves that parent behind, and the next provider to start removes it (`_sweep_dead`).
 
-A non-root provider cannot write cgroups: its sandboxes fall back to rlimits (README).
+A non-root provider cannot write cgroups: its sandboxes fall back to rlimits (README). The code verifier's
+one-shot sandboxes get one each the same way (`oneshot.oneshot_cgroup`, parents tagged `oneshot`), and read
+`Cgroup.oom_kills` to tell the code's memory running out from a harness that failed on its own.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -44,6 +47,58 @@ class Cgroup:
                 if (folder / name).exists():
                     found[key] = int((folder / name).read_text())
         return found
+
+    def oom_kills(self) -> int:
+        """Processes the kernel's OOM killer has killed in it: its memory limit was reached (v1: `oom_control`'s
+        `oom_kill`, v2: `memory.events`' `oom_kill`)."""
+        for folder in self.dirs:
+            for name in ("memory.events", "memory.oom_control"):
+                try:
+                    lines = (folder / name).read_text().splitlines()
+                except FileNotFoundError:
+                    continue
+                for line in lines:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        return 0
+
+    def pids(self) -> set[int]:
+        """The processes in it."""
+        found: set[int] = set()
+        for folder in self.dirs:
+            try:
+                found.update(int(pid) for pid in (folder / "cgroup.procs").read_text().split())
+            except FileNotFoundError:
+                pass
+        return found
+
+    def kill(self) -> None:
+        """SIGKILL every process in it until none is left (each was born in it: all of them are the sandbox's).
+
+        v2 has `cgroup.kill`; v1 is read and signalled until empty, each process through a pidfd opened while it
+        is listed, so a pid reused outside the cgroup is never signalled.
+        """
+        for folder in self.dirs:
+            if (folder / "cgroup.kill").exists():
+                (folder / "cgroup.kill").write_text("1")
+        for _ in range(200):
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    pidfd = os.pidfd_open(pid)
+                except OSError:
+                    continue  # gone already
+                try:
+                    if pid in self.pids():  # still this process (its pidfd holds it): the cgroup's
+                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                except OSError:
+                    pass
+                finally:
+                    os.close(pidfd)
+            time.sleep(0.01)
 
     def remove(self) -> None:
         """Remove it once its processes are gone (they are being killed: give them a moment)."""
@@ -88,25 +143,34 @@ class CgroupRoot:
             return None
         return cls(parents, version)
 
-    def make_child(self, name: str, *, memory_bytes: int, max_processes: int, cpus: float) -> Cgroup:
-        dirs = []
+    def make_child(self, name: str, *, memory_bytes: int, max_processes: int, cpus: float | None) -> Cgroup:
+        """A cgroup of its own: `memory_bytes` of memory and no swap, `max_processes` tasks, `cpus` of CPU
+        bandwidth (`None`: no bound)."""
+        dirs: list[Path] = []
         period = 100_000
-        for controller, parent in self.parents.items():
-            folder = parent / name
-            folder.mkdir()
-            dirs.append(folder)
-            if self.version == 2:
-                (folder / "memory.max").write_text(str(memory_bytes))
-                (folder / "memory.swap.max").write_text("0") if (folder / "memory.swap.max").exists() else None
-                (folder / "pids.max").write_text(str(max_processes))
-                (folder / "cpu.max").write_text(f"{int(cpus * period)} {period}")
-            elif controller == "memory":
-                (folder / "memory.limit_in_bytes").write_text(str(memory_bytes))
-            elif controller == "pids":
-                (folder / "pids.max").write_text(str(max_processes))
-            else:
-                (folder / "cpu.cfs_period_us").write_text(str(period))
-                (folder / "cpu.cfs_quota_us").write_text(str(int(cpus * period)))
+        try:
+            for controller, parent in self.parents.items():
+                folder = parent / name
+                folder.mkdir()
+                dirs.append(folder)
+                if self.version == 2:
+                    (folder / "memory.max").write_text(str(memory_bytes))
+                    (folder / "memory.swap.max").write_text("0") if (folder / "memory.swap.max").exists() else None
+                    (folder / "pids.max").write_text(str(max_processes))
+                    (folder / "cpu.max").write_text(f"{int(cpus * period)} {period}") if cpus is not None else None
+                elif controller == "memory":
+                    (folder / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                    if (folder / "memory.memsw.limit_in_bytes").exists():  # memory and swap together: no swap beyond
+                        (folder / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
+                elif controller == "pids":
+                    (folder / "pids.max").write_text(str(max_processes))
+                elif cpus is not None:
+                    (folder / "cpu.cfs_period_us").write_text(str(period))
+                    (folder / "cpu.cfs_quota_us").write_text(str(int(cpus * period)))
+        except OSError:  # none half made is left behind
+            for folder in dirs:
+                _rmdir(folder)
+            raise
         return Cgroup(dirs)
 
     def remove(self) -> None:
