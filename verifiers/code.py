@@ -1,40 +1,25 @@
-"""Run model-written Python against tests in a sandbox the solution cannot game, off the event loop.
+"""Score model-written Python against tests, in a sandbox the solution cannot game, off the event loop.
 
-The policy being trained writes the code, so the code is an adversary of its own reward. The
-threat model and what stops each attack are in `gym_serve/sandbox/README.md`; in short:
+The policy being trained writes the code, so the code is an adversary of its own reward. This
+module is a client of the one way gym-serve runs tests against untrusted code
+(`gym_serve.sandbox.judge`: its threat model is in `gym_serve/sandbox/README.md`); in short:
 
-- **Two processes.** A trusted *harness* (`_judge_harness.py`) holds the tests and the
-  expected values (sent on its stdin, never written to a file) and reports the verdict on its
-  stdout. The solution runs in separate *runner* processes (`_judge_runner.py`) that inherit
-  neither. Assert-style tests run in the harness, calling the solution through a pipe; values
-  come back as plain data, so frame or `gc` introspection, patched builtins or `assert`, lying
-  `__eq__`, printed markers, early exits and patched test modules all act on a process whose
-  word is not taken. Expected stdout never enters the sandbox: the verifier compares.
-- **Nothing the solution names runs in the harness.** Its modules reach the tests as the
-  harness's own copies only from a fixed list of side-effect-free standard-library modules,
-  else as opaque handles; the harness's working directory is `/`, never the work dir; and the
-  verdict must cover exactly the tests sent. A harness that ends early scores 0.
-- **Kernel walls** on every runner (`gym_serve.sandbox._confine`): no capabilities, seccomp (no
-  signals to other processes, no ptrace, no sockets, no new namespaces), Landlock where the
-  kernel has it (reads only system and Python dirs, writes only the work dir, no TCP, no
-  signals out), rlimits (CPU, memory, file size, processes), a wall clock and an output cap.
-  The harness is non-dumpable and under the same walls (defence in depth: were code to run
-  in it, the mounts, the network, the caller and its secrets stay out of reach); it may
-  signal only process groups, and, in the fallback, never leave the session the verifier
-  kills at the end.
-- **Isolation** (`isolation()`, `gym_serve.sandbox.oneshot`: the one sandbox implementation, which
-  also makes the workspaces rollouts work in):
-  `namespaces`: the harness is PID 1 of new user, PID, network, IPC and UTS namespaces made by
-  bubblewrap over a read-only view of the system's and the interpreter's folders; its only
-  writable place is a size-limited tmpfs over `/tmp` (the work dir), so the total disk a sandbox
-  can fill is bounded by the kernel and nothing of it exists on the host; when the harness ends,
-  or the verifier dies (parent-death signal), every process in it dies. As root, it all runs as
-  `nobody`.
-  `fallback` (user namespaces refused, e.g. a non-root container): the harness is a child of
-  the verifier and dies with it (a parent-death signal it handles by killing its runners'
-  process groups, which seccomp keeps every runner descendant in; the verifier kills them too);
-  the work dir is a private directory the harness watches against the disk quota every 20 ms
-  and the verifier removes. Force it with `GYM_SERVE_SANDBOX_ISOLATION=fallback` or `mode=`.
+- **Two processes.** A trusted *harness* holds the tests and the expected values (sent on its
+  stdin, never written to a file); the solution runs in separate, confined *runner* processes
+  that inherit neither. Assert-style tests run in the harness, calling the solution through a
+  pipe; values come back as plain data (exact builtin types, decoded into fresh values), so frame
+  or `gc` introspection, patched builtins or `assert`, lying `__eq__` (or `in`), early exits and
+  patched test modules all act on a process whose word is not taken. Expected stdout never
+  enters the sandbox: this module compares.
+- **The verdict has a channel of its own**: a pipe only the harness holds. Its stdout, where a
+  test's `print` goes (of a value the solution returned, say), reaches nothing that is read.
+- **The policy's failures are 0s.** A call past its deadline, a reply past `reply_bytes`, a
+  solution that does not load or kills its runner fails its test; the harness answers within the
+  run's budget whatever the solution does. Only a sandbox that gives no verdict at all
+  (`SandboxError`) or none within its budget and a margin (`SandboxTimeout`) is the system's.
+- **Kernel walls** on every runner and on the harness (`gym_serve.sandbox._confine`), and two
+  isolation modes (`namespaces`, `fallback`: `gym_serve.sandbox.oneshot`); force the fallback
+  with `GYM_SERVE_SANDBOX_ISOLATION=fallback` or `mode=`.
 
 Scoring: `reward` is 1.0 only when every test passes; `fraction` is the share that passed.
 """
@@ -48,9 +33,9 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
 
-from gym_serve.sandbox import host
+from gym_serve.sandbox import host, judge
 from gym_serve.sandbox.errors import SandboxError
-from gym_serve.sandbox.judge import RunResult, SandboxLimits, SandboxTimeout, judge
+from gym_serve.sandbox.judge import RunResult, SandboxLimits, SandboxTimeout
 from gym_serve.sandbox.oneshot import ISOLATION_ENV, isolation
 
 __all__ = [
@@ -108,7 +93,7 @@ async def run_python(
     code: str, *, stdin: str = "", limits: SandboxLimits = SandboxLimits(), mode: str | None = None
 ) -> RunResult:
     """Run `code` once as a program in a fresh sandbox, with `stdin`; `mode` forces an isolation mode."""
-    result = await judge({"mode": "stdio", "solution": code, "stdin": [stdin]}, 1, limits, mode)
+    result = await judge.run({"mode": "stdio", "solution": code, "stdin": [stdin]}, 1, limits, mode)
     return _run_result(result["runs"][0])
 
 
@@ -121,7 +106,7 @@ async def verify_stdio(
     outputs never enter the sandbox.
     """
     spec = {"mode": "stdio", "solution": code, "stdin": [case["input"] for case in cases]}
-    result = await judge(spec, len(cases), limits, mode)
+    result = await judge.run(spec, len(cases), limits, mode)
     _covers(result, "runs", len(cases))
     scored = CodeResult(
         passed=0, total=len(cases), layers=result.get("layers", []), harness_layers=result.get("harness_layers", [])
@@ -142,7 +127,7 @@ async def verify_asserts(
     code: str, tests: list[str], *, limits: SandboxLimits = SandboxLimits(), mode: str | None = None
 ) -> CodeResult:
     """Load `code`, then run each test snippet (e.g. `assert add(1, 2) == 3`) in the harness against it."""
-    result = await judge({"mode": "asserts", "solution": code, "tests": tests}, len(tests), limits, mode)
+    result = await judge.run({"mode": "asserts", "solution": code, "tests": tests}, len(tests), limits, mode)
     return _scored(result, "test", len(tests))
 
 
@@ -162,7 +147,7 @@ async def verify_calls(
         "fn_name": fn_name,
         "cases": [{"args": args, "expected": expected} for args, expected in cases],
     }
-    return _scored(await judge(spec, len(cases), limits, mode), "case", len(cases))
+    return _scored(await judge.run(spec, len(cases), limits, mode), "case", len(cases))
 
 
 def same_stdout(actual: str, expected: str) -> bool:
@@ -282,4 +267,3 @@ def _why(run: RunResult) -> str:
         tail = run.stderr.strip().splitlines()[-1:] or [""]
         return f"exit code {run.exit_code} {tail[0][:200]}".strip()
     return "wrong output"
-

@@ -1,20 +1,30 @@
-"""The trusted side of the code sandbox (see `gym_serve.verifiers.code` for the threat model).
+"""The trusted side of a judged run (`gym_serve.sandbox.judge`; the threat model is in this folder's README.md).
 
-Started by the verifier as `python -I -B -c <this file>`, inside the sandbox's namespaces (or,
+Started by the judge as `python -I -B -c <this file>`, inside a one-shot sandbox's namespaces (or,
 in the fallback, as a plain child process). It reads one JSON spec from stdin (the tests and
-expected values live only here, in this process's memory, never in a file), makes itself
-non-dumpable, leaves the work dir (its working directory is `/`), raises the kernel's walls on
-itself (`gym_serve.sandbox._confine.confine_harness`: no capabilities, so the mounts stay as they are;
-seccomp; Landlock), and runs the solution in separate *runner* processes (`_judge_runner.py`),
-each confined by `gym_serve.sandbox._confine.confine` before it execs. It writes one JSON result line to
-its stdout, which no runner inherits or can reach.
+expected values live only here, in this process's memory; pytest's test files only until they are
+collected, in a folder no runner may read), makes itself non-dumpable, leaves the work dir (its
+working directory is `/`), raises the kernel's walls on itself (`_confine.confine_harness`: no
+capabilities, so the mounts stay as they are; seccomp; Landlock), and runs the solution in separate
+*runner* processes (`_judge_runner.py`), each confined by `_confine.confine` before it execs.
+
+**The verdict's channel.** The verdict is one JSON line on the control fd (`spec["control_fd"]`): a pipe
+the judge made for it, which no runner inherits. This process's stdout is `/dev/null`: what a test prints
+(a value the solution returned, say) reaches nothing the judge reads.
 
 Nothing the solution names is ever imported here: a module the solution's namespace holds
 reaches the tests as the harness's own copy only when it is on `TEST_MODULES` (standard-library
 modules that run no code of consequence when imported, imported by a fixed name); any other is
-an opaque handle to the solution's object, like any value it defined. Whatever ends the harness
-early once the solution runs (an exception of any kind) is reported as `harness_error`, which
-scores 0; a failure before (the harness could not confine itself) gives no verdict at all.
+an opaque handle to the solution's object, like any value it defined. A reply is read only up to
+`max_message_bytes` and decoded into at most `MAX_NODES` fresh builtins, or the runner is ended and
+the test fails. Whatever ends the harness early once the solution runs (an exception of any kind,
+its own memory limit included) is reported as `harness_error`, which scores 0; a failure before
+(the harness could not confine itself) gives no verdict at all.
+
+Every call into the solution has a deadline (`wall_s` from the start of its test), and the whole run
+a budget (`budget_s`): past it, every test left fails at once. So the harness always answers
+within the budget, whatever the solution does; the judge's own deadline, a little longer, is only
+ever met by a stalled machine.
 
 - `stdio`: one fresh runner per case, fed the case's input; its output goes back to the
   verifier, which compares it with the expected output (never sent here).
@@ -25,13 +35,20 @@ scores 0; a failure before (the harness could not confine itself) gives no verdi
   result: the verdict is taken here. unittest `TestCase`s a snippet defines are run too.
 - `calls`: LiveCodeBench's call-based tests (a function, or a method of `Solution`), compared
   here with its rules.
+- `pytest`: a task's pytest files run *here*, by pytest (from `spec["test_lib"]`), against a package
+  (`spec["package"]`) that is a proxy: `from pkg.mod import f` gives a name that is looked up in the
+  runner holding the package when the test uses it, so collecting the tests runs none of the
+  solution, and the test files are removed once collected. Each asked test's outcome is recorded
+  here; a test passes only when its call passed and neither its setup nor its teardown failed.
 
-Standard library only.
+Standard library only (pytest is imported in `pytest` mode only).
 """
 
 import base64
 import builtins
 import importlib
+import importlib.abc
+import importlib.machinery
 import json
 import math
 import os
@@ -55,12 +72,30 @@ the solution, `math.isclose` in a test): side-effect-free standard-library modul
 names only, never by a name the solution sends. Any other module the solution holds is a handle to its object."""
 
 
-class _Timeout(Exception):
-    """The solution did not answer within its time."""
+MAX_NODES = 2_000_000
+"""The most values one reply may decode into (with `max_message_bytes`, what bounds a reply's cost here)."""
 
 
-class _Died(Exception):
-    """The runner exited or was killed; what it answered so far stands."""
+class _Timeout(BaseException):
+    """The solution did not answer within its time. Not an `Exception`: a test's `except Exception` or
+    `pytest.raises(Exception)` must not take a hang for the error it expected."""
+
+    def __init__(self, message="the solution did not answer within its time"):
+        super().__init__(message)
+
+
+class _Died(BaseException):
+    """The runner exited or was killed, or sent what no runner sends; what it answered so far stands."""
+
+    def __init__(self, message="the solution's process ended or answered out of turn"):
+        super().__init__(message)
+
+
+class _TooLarge(_Died):
+    """The solution's reply is past what a test value needs (`max_message_bytes`, `MAX_NODES`)."""
+
+    def __init__(self, message="the solution's reply is larger than any test value needs"):
+        super().__init__(message)
 
 
 class SolutionError(Exception):
@@ -70,7 +105,7 @@ class SolutionError(Exception):
 class _Runner:
     """One confined runner process and the pipes around it."""
 
-    def __init__(self, harness, mode, stdin_bytes=b""):
+    def __init__(self, harness, mode, stdin_bytes=b"", package=""):
         self.h = harness
         rpc = mode == "serve"
         command = [sys.executable, "-I", "-B", "-c", harness.spec["runner_source"], mode]
@@ -78,19 +113,19 @@ class _Runner:
         if rpc:  # requests go in on one pipe, replies come out on another; the solution's stdout stays its own
             to_runner, from_runner = os.pipe(), os.pipe()
             pass_fds = (to_runner[0], from_runner[1])
-            command += [str(to_runner[0]), str(from_runner[1])]
+            command += [str(to_runner[0]), str(from_runner[1]), package]
 
         def confine():
             os.setpgid(0, 0)  # a process group of its own, which the harness kills; it stays in the harness's session
             harness.limits()
-            harness.confine.confine(harness.work, harness.read_dirs)
+            harness.confine.confine(harness.run_dir, harness.read_dirs)
 
         self.proc = subprocess.Popen(
             command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            cwd=harness.work,
+            cwd=harness.run_dir,
             env=harness.env,
             pass_fds=pass_fds,
             preexec_fn=confine,
@@ -179,7 +214,7 @@ class _Runner:
                     self.reply_buffer.extend(chunk)
                     if len(self.reply_buffer) > self.h.spec["max_message_bytes"]:
                         self.kill()
-                        raise _Died()
+                        raise _TooLarge()
             if writable:
                 try:
                     self.pending_stdin = self.pending_stdin[os.write(self.stdin_fd, self.pending_stdin[:65536]) :]
@@ -253,7 +288,9 @@ class Remote:
             yield self._session.decode(message["ok"])
 
     def __contains__(self, key):
-        return self._session.request("contains", self, key=self._session.encode(key)) is True
+        """Decided here, over the object's items as plain data: asked, the object would see the value a test
+        looks for (and could say yes to anything, as a lying `__eq__` would)."""
+        return any(item == key for item in self)
 
     def __str__(self):
         value = self._session.request("str", self)
@@ -267,17 +304,17 @@ class Remote:
 class _Session:
     """The solution, loaded in a runner, and the calls made into it."""
 
-    def __init__(self, harness):
+    def __init__(self, harness, package=""):
         self.h = harness
-        self.runner = _Runner(harness, "serve")
+        self.runner = _Runner(harness, "serve", package=package)
         self.next_id = 0
-        self.deadline = time.monotonic() + harness.spec["wall_s"]
+        self.deadline = harness.deadline()
         self.names = {}
 
     def load(self):
         """Wait for the solution to load; learn the names it defined."""
         try:
-            loaded = json.loads(self.runner.pump(self.deadline, want_reply=True))
+            loaded = json.loads(self.runner.pump(self.deadline, want_reply=True), parse_int=_decimal_int)
         except (ValueError, RecursionError):
             raise _Died() from None
         if not isinstance(loaded, dict) or not isinstance(loaded.get("names", {}), dict):
@@ -308,7 +345,7 @@ class _Session:
             raise _Died() from None
         line = self.runner.pump(self.deadline, want_reply=True)
         try:
-            reply = json.loads(line)
+            reply = json.loads(line, parse_int=_decimal_int)
         except (ValueError, RecursionError):
             raise _Died() from None
         if not isinstance(reply, dict) or reply.get("id") != self.next_id:
@@ -339,18 +376,21 @@ class _Session:
         if not isinstance(raised, dict):
             raise _Died()
         name, message = str(raised.get("type")), str(raised.get("message"))
-        cls = getattr(builtins, name, None)
-        if isinstance(cls, type) and issubclass(cls, Exception) and cls is not StopIteration:
-            try:
-                return cls(message)
-            except Exception:
-                pass
+        for candidate in (name, str(raised.get("builtin"))):  # its own class, else the builtin one it derives from
+            cls = getattr(builtins, candidate, None)
+            if isinstance(cls, type) and issubclass(cls, Exception) and cls is not StopIteration:
+                try:
+                    return cls(message)
+                except Exception:
+                    pass
         return SolutionError(f"{name}: {message}")
 
     def encode(self, value, depth=0):
         kind = type(value)
         if depth > 100:
             raise ValueError("a value nested too deeply to pass to the solution")
+        if kind is int and value.bit_length() > _PLAIN_INT_BITS:
+            return {"$i": hex(value)}  # hex converts in linear time; a long decimal, in quadratic time
         if value is None or kind in (bool, str, int):
             return value
         if kind is float:
@@ -369,28 +409,42 @@ class _Session:
             return {"$c": [self.encode(value.real), self.encode(value.imag)]}
         if kind is Remote and value._session is self:
             return {"$h": value._handle}
+        if kind is Lazy:
+            return self.encode(value._resolve(), depth)
+        if kind is _Module:
+            return {"$m": value.name}
         raise TypeError(f"cannot pass a `{kind.__name__}` to the solution (only plain data and its own objects)")
 
     def decode(self, value):
-        """Fresh builtins from the solution's answer; anything malformed ends the session."""
+        """Fresh builtins from the solution's answer, at most `MAX_NODES` of them; anything malformed ends the
+        session."""
+        return self._decode(value, [MAX_NODES])
+
+    def _decode(self, value, left):
+        left[0] -= 1
+        if left[0] < 0:
+            self.runner.kill()
+            raise _TooLarge()
         if value is None or type(value) in (bool, str, int, float):
             return value
         if type(value) is list:
-            return [self.decode(v) for v in value]
+            return [self._decode(v, left) for v in value]
         if type(value) is not dict or len(value) != 1:
             raise _Died()
         ((tag, inner),) = value.items()
         try:
             if tag == "$h" and type(inner) is int:
                 return Remote(self, inner)
+            if tag == "$i" and type(inner) is str and len(inner) <= self.h.spec["max_message_bytes"]:
+                return int(inner, 16)
             if tag == "$f" and inner in ("nan", "inf", "-inf"):
                 return float(inner)
             if tag == "$t":
-                return tuple(self.decode(v) for v in inner)
+                return tuple(self._decode(v, left) for v in inner)
             if tag == "$d":
-                return {self.decode(k): self.decode(v) for k, v in inner}
+                return {self._decode(k, left): self._decode(v, left) for k, v in inner}
             if tag in ("$s", "$fs"):
-                items = [self.decode(v) for v in inner]
+                items = [self._decode(v, left) for v in inner]
                 return set(items) if tag == "$s" else frozenset(items)
             if tag in ("$b", "$ba"):
                 raw = base64.b64decode(inner, validate=True)
@@ -404,6 +458,17 @@ class _Session:
     def close(self):
         self.runner.kill()
         self.runner.proc.wait()
+
+
+_PLAIN_INT_BITS = 4000 * 3
+"""Ints up to about 3,600 decimal digits cross as JSON numbers; longer ones as hex (`$i`), both ways."""
+
+
+def _decimal_int(text):
+    """A JSON number of the solution's reply: a long one would take quadratic time to convert (`$i` is the way)."""
+    if len(text) > 3700:
+        raise ValueError("a decimal integer too long to convert")
+    return int(text)
 
 
 def for_tests(desc, decode):
@@ -431,9 +496,13 @@ class Harness:
     def __init__(self, spec):
         self.spec = spec
         self.work = spec["work_dir"]
-        self.env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.work, "TMPDIR": self.work, "LANG": "C.UTF-8"}
+        self.run_dir = os.path.join(self.work, "run")
+        """The runners' working directory, the only place they may write (or, beyond the system's, read)."""
+        self.env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.run_dir, "TMPDIR": self.run_dir}
+        self.env["LANG"] = "C.UTF-8"
         self.confine = types.ModuleType("_confine")
         exec(compile(spec["confine_source"], "_confine.py", "exec"), self.confine.__dict__)
+        self.control = spec["control_fd"]
         self.groups = []
         self.read_dirs = sorted(
             {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", sys.prefix, sys.base_prefix,
@@ -441,6 +510,17 @@ class Harness:
             | {p for p in sys.path if p and os.path.isdir(p)}
         )  # fmt: skip
         self._quota_checked = 0.0
+        self.budget_end = time.monotonic() + spec["budget_s"]
+        self.test_deadline = self.budget_end
+        self.session = None
+        self.load_failure = None
+
+    def deadline(self):
+        """When a call starting now must have its answer: its own time, within what is left of the budget."""
+        return min(time.monotonic() + self.spec["wall_s"], self.budget_end)
+
+    def over_budget(self):
+        return time.monotonic() >= self.budget_end
 
     def limits(self):
         import resource
@@ -458,12 +538,14 @@ class Harness:
         lower(resource.RLIMIT_FSIZE, spec["file_size_bytes"])
         lower(resource.RLIMIT_NPROC, spec["max_processes"])
         lower(resource.RLIMIT_CORE, 0)
+        lower(resource.RLIMIT_NOFILE, spec["open_files"])  # what pipes and socket buffers a runner can pin
 
     def report_group(self, pgid):
-        """Tell the verifier each runner's process group (fallback: it kills them, whatever becomes of us)."""
+        """Tell the judge each runner's process group (fallback: it kills them, whatever becomes of us). On the
+        control fd, which no test's output reaches."""
         self.groups.append(pgid)
         if self.spec["report_groups"]:
-            os.write(2, f"@@group {pgid}\n".encode())
+            os.write(self.control, f"group {pgid}\n".encode())
 
     def kill_groups(self):
         for pgid in self.groups:
@@ -497,8 +579,11 @@ class Harness:
         self._write_solution(self.spec["solution"])
         runs = []
         for case_input in self.spec["stdin"]:
+            if self.over_budget():
+                runs.append(_OUT_OF_BUDGET_RUN)
+                continue
             runner = _Runner(self, "stdio", case_input.encode())
-            runs.append(runner.finish(time.monotonic() + self.spec["wall_s"]))
+            runs.append(runner.finish(self.deadline()))
         return {"runs": runs}
 
     def run_asserts(self):
@@ -511,13 +596,16 @@ class Harness:
             return {"tests": outcomes}
         namespace.update(session.names)
         for index, test in enumerate(tests):
+            if self.over_budget():
+                outcomes.extend([["fail", OUT_OF_BUDGET]] * (len(tests) - index))
+                break
             if session is None:  # the last test ended the solution's process: a fresh one for the next
                 session = self._load(outcomes, len(tests) - index)
                 if session is None:
                     break
                 namespace.update(session.names)
             try:
-                session.deadline = time.monotonic() + self.spec["wall_s"]
+                session.deadline = self.deadline()
                 _run_test(test, index, namespace)
                 outcomes.append(["ok", ""])
             except AssertionError as e:
@@ -562,12 +650,15 @@ class Harness:
             return {"tests": outcomes}
         try:
             target = _call_target(session, self.spec["fn_name"])
-        except Exception as e:  # noqa: BLE001 - whatever the solution made of it, no target: every case fails
+        except (Exception, _Timeout, _Died) as e:  # whatever the solution made of it, no target: every case fails
             session.close()
             return {"tests": [["fail", f"{type(e).__name__.strip('_')}: {e}"]] * len(self.spec["cases"])}
         for case in self.spec["cases"]:
+            if self.over_budget():
+                outcomes.append(["fail", OUT_OF_BUDGET])
+                continue
             try:
-                session.deadline = time.monotonic() + self.spec["wall_s"]
+                session.deadline = self.deadline()
                 if session.runner.proc.poll() is not None:
                     raise _Died()
                 result = target(*case["args"])
@@ -582,6 +673,51 @@ class Harness:
         session.close()
         return {"tests": outcomes}
 
+    def run_pytest(self):
+        """The task's pytest files, run here against the package under test, which lives in a runner."""
+        package = self.spec["package"]
+        for path, data in self.spec["files"].items():  # the package as the solution left it, for the runners
+            _write(os.path.join(self.run_dir, path), base64.b64decode(data))
+        tests = os.path.join(self.work, "tests")  # beside the runners' folder, never in it
+        for path, text in self.spec["tests"].items():
+            _write(os.path.join(tests, path), text.encode())
+        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        sys.path[:0] = [self.spec["test_lib"]]
+        sys.meta_path.insert(0, _ProxyFinder(self, package))
+        import pytest
+
+        recorder = _Recorder(self, tests)
+        args = ["-q", "-p", "no:cacheprovider", "--rootdir", tests, "-o", "addopts=", "--import-mode=importlib"]
+        args += ["-c", os.path.join(tests, self.spec["config"])] if self.spec.get("config") else []
+        ids = [os.path.join(tests, test) for test in self.spec["ids"]]  # the working directory stays `/`
+        code = pytest.main(args + ids, plugins=[recorder])
+        if self.session is not None:
+            self.session.close()
+        return {"exit": int(code), "outcomes": recorder.outcomes, "details": recorder.details,
+                "collection_errors": recorder.collection_errors,
+                "collected_untouched": recorder.collected_untouched}  # fmt: skip
+
+    def current_session(self):
+        """The runner holding the package for the test now running: the last one, or a fresh one if it ended."""
+        if self.load_failure is not None:
+            raise SolutionError(self.load_failure)
+        if self.session is not None and self.session.runner.proc.poll() is None and not self.session.runner.timed_out:
+            return self.session
+        if self.session is not None:
+            self.session.close()
+        if self.over_budget():
+            raise _Timeout()
+        self.session = _Session(self, package=self.spec["package"])
+        try:
+            self.session.load()
+        except SolutionError as e:
+            self.load_failure = str(e)  # the package does not import: it will not on the next try either
+            raise
+        except _Timeout:
+            self.load_failure = "the package under test timed out while loading"
+            raise
+        return self.session
+
     def _death(self, session):
         runner = session.runner if session is not None else None
         if runner is None:
@@ -594,8 +730,133 @@ class Harness:
         return f"the solution's process ended (exit code {runner.proc.returncode}) {tail[0][:200]}".strip()
 
     def _write_solution(self, source):
-        with open(os.path.join(self.work, "solution.py"), "w") as f:
-            f.write(source)
+        _write(os.path.join(self.run_dir, "solution.py"), source.encode())
+
+
+OUT_OF_BUDGET = "the run's time budget ran out before this test"
+_OUT_OF_BUDGET_RUN = {
+    "exit_code": None, "stdout": "", "stderr": OUT_OF_BUDGET, "timed_out": True, "output_exceeded": False,
+    "disk_exceeded": False, "wall_s": 0.0,
+}  # fmt: skip
+
+
+def _write(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def _why(report):
+    """What a failed test's report says went wrong (`AssertionError: assert 'a' == 'b'`), cut short."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    lines = [line.strip() for line in report.longreprtext.strip().splitlines() if line.strip()]
+    return str(getattr(crash, "message", None) or (lines[-1] if lines else "failed"))[:300]
+
+
+class Lazy:
+    """A name of the package under test (`from pkg.mod import f`), looked up in the current runner when a test uses
+    it: collecting the tests runs none of the solution, and a name stays good across a runner that ended."""
+
+    __slots__ = ("_harness", "_module", "_name")
+
+    def __init__(self, harness, module, name):
+        self._harness = harness
+        self._module = module
+        self._name = name
+
+    def _resolve(self):
+        session = self._harness.current_session()
+        session.deadline = self._harness.test_deadline
+        return session.request("getattr", _Module(self._module), name=self._name)
+
+    def __call__(self, *args, **kwargs):
+        target = self._resolve()
+        if type(target) is not Remote:
+            raise TypeError(f"`{self._module}.{self._name}` is not callable")
+        return target(*args, **kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):  # a private or dunder name is pytest's question about the object, not the test's
+            raise AttributeError(name)
+        return getattr(self._resolve(), name)
+
+    def __repr__(self):
+        return f"<{self._module}.{self._name} of the package under test>"
+
+
+class _Module:
+    """A module of the package under test, named in a request: the runner imports it by its name."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+
+class _ProxyModule(types.ModuleType):
+    """A module of the package under test, as the tests see it: every public name a `Lazy`."""
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return Lazy(self.__dict__["_gs_harness"], self.__name__, name)
+
+
+class _ProxyFinder(importlib.abc.Loader):
+    """Imports of the package under test, here, give `_ProxyModule`s: none of its files is ever read here."""
+
+    def __init__(self, harness, package):
+        self.harness = harness
+        self.package = package
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.package and not fullname.startswith(self.package + "."):
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec):
+        module = _ProxyModule(spec.name)
+        module.__dict__["_gs_harness"] = self.harness
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+class _Recorder:
+    """pytest's reports of the asked tests; the test files are removed once collected, and each test's calls into
+    the solution share its deadline."""
+
+    def __init__(self, harness, tests):
+        self.harness = harness
+        self.tests = tests
+        self.outcomes = {}
+        self.details = {}
+        self.collection_errors = []
+        self.collected_untouched = False
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.collection_errors.append(f"{report.nodeid}: {str(report.longrepr)[-500:]}")
+
+    def pytest_collection_finish(self, session):
+        import shutil
+
+        self.collected_untouched = self.harness.session is None  # no call into the solution while collecting
+        shutil.rmtree(self.tests, ignore_errors=True)
+
+    def pytest_runtest_setup(self, item):
+        self.harness.test_deadline = self.harness.deadline()
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed:
+            self.outcomes[report.nodeid] = "failed"
+            self.details.setdefault(report.nodeid, _why(report))
+        elif report.skipped and self.outcomes.get(report.nodeid) != "failed":
+            self.outcomes[report.nodeid] = "skipped"
+        elif report.when == "call" and report.passed and report.nodeid not in self.outcomes:
+            self.outcomes[report.nodeid] = "passed"
 
 
 def _run_test(source, index, namespace):
@@ -688,10 +949,15 @@ def _start_reaper(work):
 
 
 def main():
-    sys.set_int_max_str_digits(0)
+    sys.set_int_max_str_digits(0)  # the tests' own big numbers; the solution's replies are held to `_decimal_int`
     os.chdir("/")  # never the work dir the solution writes: nothing here may find its files
     spec = json.loads(sys.stdin.buffer.readline())
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # what the tests print reaches nothing the judge reads: the verdict has its own fd
+    os.close(devnull)
     harness = Harness(spec)
+    os.set_inheritable(harness.control, False)
+    os.makedirs(harness.run_dir, exist_ok=True)
     harness.confine.make_undumpable()
     if spec["caller_pid"]:  # fallback: die (cleanly) with the verifier that started us
         harness.confine.die_with_parent(signal.SIGTERM)
@@ -707,15 +973,30 @@ def main():
     signal.signal(signal.SIGTERM, stop)
     result: dict[str, object] = {"tests": [], "runs": []}
     # before any of the solution runs: a failure here is the sandbox's, so no verdict (the traceback says why)
-    result["harness_layers"] = harness.confine.confine_harness(harness.work, harness.read_dirs)
+    result["harness_layers"] = harness.confine.confine_harness(harness.work, harness.read_dirs + spec["read_dirs"])
     result["layers"] = harness.confine.planned()
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)  # its own soft limit; a runner sets its own
+    resource.setrlimit(resource.RLIMIT_AS, (spec["harness_memory_bytes"], hard))
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # its own: a few pipes per runner
+    files = 256 if hard == resource.RLIM_INFINITY else min(256, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
     try:
         result.update(getattr(harness, f"run_{spec['mode']}")())
     except BaseException as e:  # noqa: BLE001 - fail closed: whatever ended the harness scores nothing, and says so
-        result["harness_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        import traceback
+
+        result["harness_error"] = f"{type(e).__name__}: {str(e)[:300]}" + traceback.format_exc()[-3000:]
     finally:
         harness.kill_groups()
-    os.write(1, (json.dumps(result) + "\n").encode())
+    result["solution_ran"] = bool(harness.groups)  # a failure before any runner started is the harness's own
+    _send(harness.control, ("verdict " + json.dumps(result) + "\n").encode())
+
+
+def _send(fd, data):
+    while data:
+        data = data[os.write(fd, data) :]
 
 
 if __name__ == "__main__":

@@ -7,14 +7,17 @@ separate process; all the solution can change here is what it answers, which is 
 judges. Standard library only.
 
 - mode `stdio`: runs `solution.py` as `__main__` (stdin and stdout are the test case's).
-- mode `serve REQUESTS_FD REPLIES_FD`: runs `solution.py` as `__main__`, then answers requests
-  (one JSON line each) with replies: the names it defined, and calls, attribute reads, item reads,
-  `len`, iteration and `str` on them. Values cross as plain data (`encode`); anything else stays
-  here and crosses as a handle the harness can only pass back.
+- mode `serve REQUESTS_FD REPLIES_FD PACKAGE`: runs `solution.py` as `__main__` (or, with a PACKAGE,
+  imports that package from the working directory), then answers requests (one JSON line each) with
+  replies: the names it defined, and calls, attribute reads, item reads, `len`, iteration and `str`
+  on them (`in` is decided by the harness, over the items); a request may name a module of the
+  package (`$m`). Values cross as plain data (`encode`); anything else stays here and crosses as a
+  handle the harness can only pass back.
 """
 
 import base64
 import builtins
+import importlib
 import json
 import math
 import os
@@ -43,6 +46,8 @@ def encode(value, handles, depth=0):
     kind = type(value)
     if depth > 100:
         raise ValueError("nested too deeply")
+    if kind is int and value.bit_length() > 12000:
+        return {"$i": hex(value)}  # a long decimal would take the harness quadratic time to convert
     if value is None or kind is bool or kind is str or kind is int:
         return value
     if kind is float:
@@ -70,6 +75,10 @@ def decode(value, handles):
     ((tag, inner),) = value.items()
     if tag == "$h":
         return handles.objects[inner]
+    if tag == "$m":
+        return importlib.import_module(inner)
+    if tag == "$i":
+        return int(inner, 16)
     if tag == "$f":
         return float(inner)
     if tag == "$t":
@@ -105,7 +114,7 @@ def _describe_names(namespace, handles):
 _MUTABLE = (list, dict, set, bytearray)
 
 
-def _serve(requests_fd, replies_fd):
+def _serve(requests_fd, replies_fd, package):
     sys.set_int_max_str_digits(0)
     requests = os.fdopen(requests_fd, "r", encoding="utf-8")
     replies = os.fdopen(replies_fd, "w", encoding="utf-8")
@@ -117,18 +126,28 @@ def _serve(requests_fd, replies_fd):
 
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     try:
-        with open("solution.py") as f:
-            exec(compile(f.read(), "solution.py", "exec"), namespace)
+        if package:
+            sys.path.insert(0, os.getcwd())
+            importlib.import_module(package)
+        else:
+            with open("solution.py") as f:
+                exec(compile(f.read(), "solution.py", "exec"), namespace)
     except BaseException as e:  # the solution failed to load: the harness fails every test
         reply({"loaded": False, "error": f"{type(e).__name__}: {str(e)[:300]}"})
         return
-    reply({"loaded": True, "names": _describe_names(namespace, handles)})
+    reply({"loaded": True, "names": {} if package else _describe_names(namespace, handles)})
     for line in requests:
         request = json.loads(line)
         try:
             reply({"id": request["id"], **_answer(request, handles)})
         except BaseException as e:  # the solution's exception is the answer; the harness decides what it means
-            reply({"id": request["id"], "raise": {"type": type(e).__name__, "message": str(e)[:1000]}})
+            raised = {"type": type(e).__name__, "message": str(e)[:1000], "builtin": _builtin_base(type(e))}
+            reply({"id": request["id"], "raise": raised})
+
+
+def _builtin_base(kind):
+    """The nearest builtin class an exception derives from (`ValueError` for a library's `ParseError`)."""
+    return next((c.__name__ for c in kind.__mro__ if c.__module__ == "builtins"), "BaseException")
 
 
 def _answer(request, handles):
@@ -153,8 +172,6 @@ def _answer(request, handles):
             return {"ok": encode(next(target), handles)}
         except StopIteration:
             return {"stop": True}
-    if op == "contains":
-        return {"ok": decode(request["key"], handles) in target}
     if op == "str":
         return {"ok": str(target)}
     if op == "repr":
@@ -166,4 +183,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "stdio":
         _run_stdio()
     else:
-        _serve(int(sys.argv[2]), int(sys.argv[3]))
+        _serve(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "")

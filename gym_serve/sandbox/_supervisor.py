@@ -447,7 +447,7 @@ class Supervisor:
     # ---- files ---------------------------------------------------------------------------------------------------
 
     def op_read(self, request):
-        fd = self._open(request["path"], os.O_RDONLY)
+        fd = self._open(request["path"], os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hang the supervisor
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise RequestError("NotAFile", f"`{request['path']}` is not a regular file")

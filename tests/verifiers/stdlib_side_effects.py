@@ -2,7 +2,7 @@
 
 The modules are every name of `sys.stdlib_module_names` and every submodule `pkgutil` finds beneath
 a package of them (the `__main__` of each package, the packages' own test suites, `idlelib`,
-`lib2to3`...), as the sandbox's interpreter (`code._python()`) has them. Each is imported in a child
+`lib2to3`...), as the sandbox's interpreter (`host.sandbox_python()`) has them. Each is imported in a child
 forked from a bare interpreter, as `nobody` when we are root (so no import can change this machine),
 in an empty directory that holds a planted `test_planted.py` (what `unittest.__main__`'s discovery
 runs), with the harness's `sys.argv`, `BROWSER` set (so `antigravity`'s `webbrowser.open` shows)
@@ -30,7 +30,7 @@ import subprocess
 import tempfile
 from functools import lru_cache
 
-from gym_serve.verifiers import code
+from gym_serve.sandbox import host
 
 _PROBE = r"""
 import importlib, importlib.util, json, os, pkgutil, select, shutil, signal, sys, tempfile, time
@@ -156,7 +156,7 @@ main()
 @lru_cache(maxsize=1)
 def probe() -> dict[str, list[str]]:
     """Every standard-library module of the sandbox's interpreter → the side effects its import had (maybe none)."""
-    python = code._python()
+    python = host.sandbox_python()
     workspace = os.path.realpath(tempfile.mkdtemp(prefix="gs-stdlib-probe-"))
     os.chmod(workspace, 0o777)
     command = [python, "-I", "-B", "-c", _PROBE, workspace, str(max(1, os.cpu_count() or 1))]

@@ -173,11 +173,13 @@ async def test_both_modes_raise_every_kernel_wall_this_machine_has(mode: str) ->
     result = await verify_asserts(ADD, TESTS, limits=LIMITS, mode=mode)
     assert {"no_new_privs", "seccomp"} <= set(result.layers)
     assert any(layer.startswith("landlock_abi") for layer in result.layers)
-    run = await run_python("import os\nprint(os.getcwd())\nprint(os.listdir('/tmp'))", limits=LIMITS, mode=mode)
-    if mode == "namespaces":  # a tmpfs of its own over /tmp: nothing of the host's /tmp is visible
-        assert run.stdout.splitlines()[0] == "/tmp" and "solution.py" in run.stdout
-    else:  # its private work dir, and no other place to read in /tmp
-        assert run.stdout.startswith("/tmp/gs-sandbox-") and "PermissionError" in run.stderr
+    listing = "import os\nprint(os.getcwd())\nprint(os.listdir('.'))\nprint(os.listdir('..'))"
+    run = await run_python(listing, limits=LIMITS, mode=mode)
+    # its own folder in the sandbox's work dir (a tmpfs of its own over /tmp, or a private folder), holding its
+    # code, and no other place to read: not the harness's folder above it (where a pytest run's tests are)
+    work = "/tmp" if mode == "namespaces" else "/tmp/gs-sandbox-"
+    assert run.stdout.startswith(work) and run.stdout.splitlines()[0].endswith("/run"), run
+    assert "solution.py" in run.stdout.splitlines()[1] and "PermissionError" in run.stderr, run
 
 
 # ---- a real Serve replica of the code_generation environment under attack ----
