@@ -1,7 +1,9 @@
 """Unified diffs of the library's files: made with `difflib`, applied (either way) by `apply`.
 
 A task row's `patch` is SWE-bench's: the gold fix, a diff from the task's starting state to the
-pristine library. The environment makes the starting state by applying it in reverse.
+pristine library; its `test_patch` the tests `verify` adds (the task's failing tests, taken out of the
+agent's copy, and a new file of held-out tests). The environment makes the starting state by applying
+both in reverse (a file a patch creates is then simply not there).
 """
 
 from __future__ import annotations
@@ -18,18 +20,25 @@ class PatchError(ValueError):
     """Raised when a patch does not apply to the files it names."""
 
 
-def make_patch(path: str, before: str, after: str) -> str:
-    """A git-style unified diff of one file (3 lines of context)."""
+def make_patch(path: str, before: str | None, after: str) -> str:
+    """A git-style unified diff of one file (3 lines of context); `before=None` creates it."""
+    old = "/dev/null" if before is None else f"a/{path}"
     lines = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{path}", f"b/{path}"
+        (before or "").splitlines(keepends=True), after.splitlines(keepends=True), old, f"b/{path}"
     )
-    return f"diff --git a/{path} b/{path}\n" + "".join(lines)
+    header = f"diff --git a/{path} b/{path}\n" + ("new file mode 100644\n" if before is None else "")
+    return header + "".join(lines)
 
 
 def apply(files: dict[str, str], patch: str, *, reverse: bool = False) -> dict[str, str]:
     """The files `patch` changes, changed (`reverse`: undone); the context must match exactly."""
     changed: dict[str, str] = {}
+    created = _created(patch)
     for path, hunks in _parse(patch).items():
+        if path in created and path not in files:
+            if reverse:
+                continue  # undoing a creation: the file is not there
+            files = {**files, path: ""}
         if path not in files:
             raise PatchError(f"the patch changes `{path}`, which is not in the repository")
         lines = files[path].splitlines(keepends=True)
@@ -45,6 +54,16 @@ def apply(files: dict[str, str], patch: str, *, reverse: bool = False) -> dict[s
             offset += len(new) - len(old)
         changed[path] = "".join(lines)
     return changed
+
+
+def _created(patch: str) -> set[str]:
+    """The files `patch` creates (`--- /dev/null`)."""
+    lines = patch.splitlines()
+    return {
+        new[4:].strip().removeprefix("b/")
+        for old, new in zip(lines, lines[1:], strict=False)
+        if old.startswith("--- /dev/null") and new.startswith("+++ ")
+    }
 
 
 def _parse(patch: str) -> dict[str, list[tuple[int, int, list[tuple[str, str]]]]]:

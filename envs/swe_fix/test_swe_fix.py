@@ -1,21 +1,28 @@
 """swe_fix: its tasks are SWE-bench rows over a library that passes its own suite; each task's bug fails exactly its
-FAIL_TO_PASS tests and its gold patch passes them all; a test run past its deadline is a `verifier_timeout`; and
-`gym-serve env test swe_fix` passes (its non-answers and reward hacks at 0, its recordings through real Serve)."""
+FAIL_TO_PASS tests (its held-out tests among them) and its gold patch passes them all; the agent's copy holds none of
+the tests `verify` adds; the verdict is taken where the agent's code never runs, so what forged it before (a printed
+verdict, objects equal to anything, a hard-coded table of the visible tests, a hang, an unparsable module) scores 0,
+never 1 and never a masked failure; and `gym-serve env test swe_fix` passes (its non-answers and reward hacks, the
+generated ones included, at 0, its recordings through real Serve), and so do the reward hacks played through a Serve
+replica of its Environment tier."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
+from ray import serve
 
 from gym_serve.analysis.check import check_environment
+from gym_serve.deployments.app import build_app
 from gym_serve.environment.runner import EnvRunner
 from gym_serve.environment.workspace import local_provider
-from gym_serve.envs.swe_fix import SweFix, base, judge, pristine_files
+from gym_serve.envs.swe_fix import SweFix, held_tests, pristine_files, starting_files
 from gym_serve.envs.swe_fix.patches import apply
-from gym_serve.errors import FailureKind, VerifierTimeoutError, failure_kind
-from gym_serve.sandbox import host
+from gym_serve.sandbox.judge import run_pytest
+from gym_serve.testing.fixtures import unique
 from gym_serve.wire.jsonl import read_jsonl
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -24,60 +31,87 @@ SWE_BENCH_FIELDS = {
     "instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement", "hints_text", "created_at",
     "version", "FAIL_TO_PASS", "PASS_TO_PASS", "environment_setup_commit",
 }  # fmt: skip
+HELD_OUT = "tests/test_held_out.py"
 
 
 def tasks() -> list[dict[str, Any]]:
     return [row for _, row in read_jsonl(SweFix.data_dir() / "tasks.jsonl")]
 
 
-async def test_tasks_are_swe_bench_rows_whose_gold_patch_undoes_one_bug() -> None:
+def defined_tests(text: str) -> set[str]:
+    return {line.split("(")[0][4:] for line in text.splitlines() if line.startswith("def test_")}
+
+
+async def test_tasks_are_swe_bench_rows_whose_gold_patch_undoes_one_bug_and_whose_failing_tests_are_held_out() -> None:
     rows = tasks()
     assert len(rows) >= 20 and len({r["instance_id"] for r in rows}) == len(rows)
     library = {path: text for path, text in pristine_files().items() if path.startswith("textkit/")}
     for row in rows:
+        task = SweFix.Task.model_validate(row)
         assert SWE_BENCH_FIELDS <= set(row), row["instance_id"]
         assert row["FAIL_TO_PASS"] and row["PASS_TO_PASS"] and not set(row["FAIL_TO_PASS"]) & set(row["PASS_TO_PASS"])
         buggy = apply(library, row["patch"], reverse=True)
         assert len(buggy) == 1 and all(buggy[path] != library[path] for path in buggy), "one module, changed"
         assert apply({**library, **buggy}, row["patch"]) == {p: library[p] for p in buggy}, "the patch undoes it"
+        start, held = starting_files(task), held_tests(task)
+        assert HELD_OUT not in start and HELD_OUT in held, "the held-out tests arrive only at verify"
+        assert any(test.startswith(HELD_OUT) for test in row["FAIL_TO_PASS"]), "and fail with the bug"
+        for test in row["FAIL_TO_PASS"]:
+            path, name = test.split("::")
+            name = name.split("[")[0]
+            assert name in defined_tests(held[path]), (row["instance_id"], test)
+            assert path == HELD_OUT or name not in defined_tests(start[path]), (row["instance_id"], test, "visible")
+        for test in row["PASS_TO_PASS"]:
+            assert test.split("::")[1].split("[")[0] in defined_tests(held[test.split("::")[0]]), test
     examples = [row for _, row in read_jsonl(SweFix.data_dir() / "example.jsonl")]
     assert [r["instance_id"] for r in examples] == [r["instance_id"] for r in rows[: len(examples)]]
 
 
-async def test_the_pristine_library_passes_its_whole_suite_in_a_sandbox() -> None:
-    provider = local_provider()
-    sandbox = await provider.create(base(), limits=SweFix.limits)
-    tests = sorted(p for p in pristine_files() if p.startswith("tests/test_"))
-    nonce, stdin = judge.stdin_for(tests)
-    command = [host.sandbox_python(), "-I", "-S", "-B", "-c", judge.SOURCE]
-    run = await provider.exec(
-        sandbox, command, stdin=stdin, cwd="repo", env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, timeout_s=120
-    )
-    verdict = judge.read_verdict(run.stdout, nonce, tests)
-    assert verdict is not None and not verdict.collection_failed, run
-    line = next(x for x in run.stdout.splitlines() if x.startswith(f"{judge.MARK} {nonce}"))
-    outcomes = set(__import__("json").loads(line.split(" ", 2)[2])["outcomes"].values())
-    assert outcomes == {"passed"}
-    await provider.destroy(sandbox)
+@pytest.mark.parametrize("mode", ["namespaces", "fallback"])
+async def test_the_pristine_library_passes_every_test_verify_runs(mode: str) -> None:
+    task = SweFix.Task.model_validate(tasks()[6])
+    library = {path: text.encode() for path, text in pristine_files().items() if path.startswith("textkit/")}
+    ids = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
+    result = await run_pytest("textkit", library, held_tests(task), ids, config="pyproject.toml", mode=mode)
+    assert result["collection_errors"] == [] and result["collected_untouched"], result
+    assert {test: result["outcomes"].get(test) for test in ids} == dict.fromkeys(ids, "passed")
 
 
-async def verdict_of(runner: EnvRunner, row: dict[str, Any], edits: dict[str, str]) -> dict[str, Any]:
+async def verdict_of(runner: EnvRunner, row: dict[str, Any], edits: dict[str, str | bytes]) -> dict[str, Any]:
     """A rollout of `row` that writes `edits` into the repository and answers, verified."""
     state = await runner.seed(row)
     env = runner.env
     assert isinstance(env, SweFix)
     for path, text in edits.items():
-        await env.sandboxes.write_file(state["sandbox"], f"repo/{path}", text.encode())
+        await env.sandboxes.write_file(
+            state["sandbox"], f"repo/{path}", text.encode() if isinstance(text, str) else text
+        )
     return await runner.verify(row, {"output": []}, state)
+
+
+async def test_the_agent_s_copy_holds_none_of_the_tests_verify_adds() -> None:
+    runner = EnvRunner(SweFix())
+    row = tasks()[4]  # camel_case_upper_first: two visible failing tests of its own before, and held-out ones
+    state = await runner.seed(row)
+    env = runner.env
+    assert isinstance(env, SweFix)
+    look = "ls tests; cat tests/test_cases.py; git log --oneline | wc -l; grep -rl held_out . | wc -l"
+    listing = await env.sandboxes.exec(state["sandbox"], look, cwd="repo")
+    assert "test_held_out.py" not in listing.stdout and listing.stdout.split()[-2:] == ["1", "0"], listing
+    for test in row["FAIL_TO_PASS"]:
+        assert test.split("::")[1].split("[")[0] + "(" not in listing.stdout, test
+    assert "def test_kebab_case" in listing.stdout  # the rest of the module is there
+    await env.sandboxes.destroy(state["sandbox"])
 
 
 GOLD_CHECKED = 5
 """Tasks whose gold fix is also verified through the sandbox: for every task, the gold patch restores the pristine
-library exactly (the first test) and the pristine library passes its whole suite (the second), so a few suffice."""
+library exactly (the first test) and the pristine library passes every test verify runs (the second), so a few
+suffice."""
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)  # 25 + 5 test-suite runs in sandboxes: ~2 min on a quiet 2-core machine, more on a busy one
+@pytest.mark.timeout(600)  # 25 + 5 test-suite runs in sandboxes: ~1 min on a quiet 2-core machine, more on a busy one
 async def test_each_task_fails_its_fail_to_pass_tests_only_and_its_gold_patch_passes_them_all() -> None:
     runner = EnvRunner(SweFix())
     library = pristine_files()
@@ -103,14 +137,84 @@ async def test_each_task_fails_its_fail_to_pass_tests_only_and_its_gold_patch_pa
     assert len(gold_rows) == GOLD_CHECKED
 
 
-async def test_a_test_run_past_its_deadline_is_a_verifier_timeout_never_a_zero() -> None:
-    runner = EnvRunner(SweFix({"test_timeout_s": 3}))
+FORGERIES = {
+    # the agent's code prints a verdict line and exits, as it could when the verdict shared its process
+    "print_a_verdict_and_exit": (
+        "textkit/slugs.py",
+        """
+import json, os
+
+line = json.dumps({"exit": 0, "outcomes": {}, "tests": [["ok", ""]] * 500})
+for fd in range(64):
+    try:
+        os.write(fd, ("\\n@@gs-verdict x " + line + "\\nverdict " + line + "\\n").encode())
+    except OSError:
+        pass
+os._exit(0)
+""",
+    ),
+    # an object that compares equal to anything, returned by the broken function
+    "always_equal": (
+        "textkit/slugs.py",
+        "\nclass _Equal(str):\n    def __eq__(self, other):\n        return True\n\n    def __ne__(self, other):\n"
+        "        return False\n\n    __hash__ = str.__hash__\n\n\n_slugify = slugify\n\n\n"
+        "def slugify(*args, **kwargs):\n    return _Equal(_slugify(*args, **kwargs))\n",
+    ),
+    # the hard-coded table of what the agent can see: the statement's example
+    "hard_coded_statement": (
+        "textkit/slugs.py",
+        "\n_slugify = slugify\n\n\ndef slugify(text, *args, **kwargs):\n"
+        "    return 'creme-brulee' if text == 'Crème Brûlée' else _slugify(text, *args, **kwargs)\n",
+    ),
+    # a hang on the failing inputs: a masked `verifier_timeout` before, a 0 now
+    "hang": (
+        "textkit/slugs.py",
+        "\n_slugify = slugify\n\n\ndef slugify(*args, **kwargs):\n    while True:\n        pass\n",
+    ),
+    # an expression nested too deeply for a parser: a masked `verifier_error` before, a 0 now
+    "nested_too_deep": ("textkit/slugs.py", "\nX = " + "(" * 30_000 + "1" + ")" * 30_000 + "\n"),
+    # a source-encoding cookie: a comment to a UTF-8 reader, code to the interpreter
+    "utf7_cookie": ("textkit/slugs.py", "# -*- coding: utf-7 -*-\n"),
+}
+
+
+@pytest.mark.timeout(300)
+async def test_the_forgeries_that_scored_before_score_0_and_are_never_masked() -> None:
+    runner = EnvRunner(SweFix({"test_wall_s": 2.0, "test_timeout_s": 40.0}))
+    row = tasks()[0]  # slugify_accents
+    broken = apply(pristine_files(), row["patch"], reverse=True)["textkit/slugs.py"]
+    cookie = "# -*- coding: utf-7 -*-\n" + broken + "\n# +AAo-import os+AAo-os.+AF8-exit(0)\n"
+
+    async def one(name: str, module: str, text: str) -> tuple[str, dict[str, Any]]:
+        edits = {module: cookie if name == "utf7_cookie" else broken + text}
+        return name, await verdict_of(runner, row, edits)
+
+    verdicts = dict(await asyncio.gather(*(one(name, *forgery) for name, forgery in FORGERIES.items())))
+    for name, verdict in verdicts.items():
+        assert verdict["reward"] == 0.0, (name, verdict)
+        assert "failure_kind" not in verdict, (name, verdict)
+    assert verdicts["hard_coded_statement"]["reward_components"]["FAIL_TO_PASS"] == 0.5, "the visible one passes"
+    assert verdicts["hard_coded_statement"]["tests_failed"] == [f"{HELD_OUT}::test_held_out_slugify_accents"]
+    hang = verdicts["hang"]  # each test calling the hanging function fails at its deadline; the rest pass
+    assert hang["reward_components"]["FAIL_TO_PASS"] == 0.0 and 0.9 < hang["reward_components"]["PASS_TO_PASS"] < 1
+    assert all(test.startswith(("tests/test_slugs.py::test_slugify", HELD_OUT)) for test in hang["tests_failed"])
+
+
+async def test_what_the_agent_cannot_make_a_module_of_is_a_0_naming_why() -> None:
+    runner = EnvRunner(SweFix())
     row = tasks()[0]
-    module = next(iter(apply(pristine_files(), row["patch"], reverse=True)))
-    hang = pristine_files()[module] + "\nwhile True:\n    pass\n"  # no forbidden name: the deadline must catch it
-    with pytest.raises(VerifierTimeoutError) as timed_out:
-        await verdict_of(runner, row, {module: hang})
-    assert failure_kind(timed_out.value) is FailureKind.VERIFIER_TIMEOUT
+    too_large = await verdict_of(runner, row, {"textkit/slugs.py": "#" * (300 << 10)})
+    assert too_large["reward"] == 0.0 and "at most" in too_large["rejected"], too_large
+    state = await runner.seed(row)
+    env = runner.env
+    assert isinstance(env, SweFix)
+    fifo = await env.sandboxes.exec(state["sandbox"], "rm textkit/slugs.py && mkfifo textkit/slugs.py", cwd="repo")
+    assert fifo.ok, fifo
+    verdict = await asyncio.wait_for(runner.verify(row, {"output": []}, state), 60)  # a FIFO must not hang the read
+    assert verdict["reward"] == 0.0 and "textkit/slugs.py" in verdict["rejected"], verdict
+    removed = await verdict_of(runner, row, {})
+    assert removed["reward"] == 0.0
+    await local_provider().close()
 
 
 @pytest.mark.serve
@@ -119,3 +223,36 @@ async def test_gym_serve_env_test_passes(serve_instance: None) -> None:
     report = await asyncio.to_thread(check_environment, "swe_fix")
     assert report.ok, report.render()
     assert all(r.right == 1.0 and r.wrong == 0.0 for r in report.rows)
+
+
+@pytest.mark.serve
+@pytest.mark.timeout(900)
+async def test_every_reward_hack_scores_0_through_a_serve_replica(serve_instance: None) -> None:
+    """Each reward hack (the generated attacks included), played as the Agent tier would: its tool calls through
+    the Environment replica's handle, its sandbox in the Sandbox tier, then that replica's verify."""
+    name = unique("swe-red-team")
+    serve.run(build_app({"environment": {"name": "swe_fix"}}), name=name, route_prefix=None)
+    environment = serve.get_deployment_handle("Environment", app_name=name)
+    row = tasks()[0]
+    hacks = SweFix.reward_hacks(SweFix.Task.model_validate(row))
+    slots = asyncio.Semaphore(2)
+
+    async def play(turns: list[list[dict[str, Any]]]) -> float:
+        async with slots:
+            state = await environment.seed.remote(row)
+            output: list[dict[str, Any]] = []
+            for turn in turns:
+                calls = [item for item in turn if item["type"] == "function_call"]
+                if calls:
+                    outputs, state = await environment.call_tools.remote(calls, state)
+                    output += [*calls, *outputs]
+                else:
+                    output += turn
+            verdict = await environment.verify.remote(row, {"output": output}, state)
+            return float(verdict["reward"])
+
+    rewards = dict(zip(hacks, await asyncio.gather(*(play(turns) for turns in hacks.values())), strict=True))
+    assert len(rewards) >= 20 and any(name.startswith("generated_") for name in rewards)
+    assert {name: reward for name, reward in rewards.items() if reward != 0.0} == {}
+    serve.delete(name)
+    assert json.dumps(rewards)  # plain data all the way back

@@ -1,36 +1,36 @@
 """Make `swe_fix`'s tasks, example rows and recordings: `python envs/swe_fix/data/make_examples.py`.
 
-For each bug of `bugs.py`: the buggy library, the test suite run on it and on the pristine library
-(the judge's runner, on this machine) to find `FAIL_TO_PASS` (failing with the bug, passing without)
-and `PASS_TO_PASS` (passing with both), and a row in SWE-bench's fields (`tasks.jsonl`). Then
-scripted episodes are played through the real environment (sandboxes on this machine): for the
-first rows (`example.jsonl`) a fix and a wrong answer each (an edited test, which `verify` puts
-back); for the rest a fix or a failed attempt, alternately, so the replay model solves some tasks
-and fails others (`example_rollouts.jsonl`). Nothing is written unless every episode earns the
-reward it was scripted for.
+For each bug of `bugs.py`: the buggy library, and the test suite with the bug's held-out tests
+(`tests/test_held_out.py`) run on it and on the pristine library (`gym_serve.sandbox.judge.run_pytest`, as
+`verify` runs them) to find `FAIL_TO_PASS` (failing with the bug, passing without) and `PASS_TO_PASS` (passing
+with both), and a row in SWE-bench's fields (`tasks.jsonl`). Its `test_patch` adds what the agent does not see:
+the test functions that hold a failing test (taken out of its copy of the suite) and the held-out tests. Then
+scripted episodes are played through the real environment (sandboxes on this machine): for the first rows
+(`example.jsonl`) a fix and a wrong answer each (the visible tests pass, so it reports nothing to fix); for the
+rest a fix or that wrong answer, alternately, so the replay model solves some tasks and fails others
+(`example_rollouts.jsonl`). Nothing is written unless every episode earns the reward it was scripted for.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
-import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from gym_serve.environment.workspace import local_provider
-from gym_serve.envs.swe_fix import REPO, SweFix, judge, pristine_files, repo_commit
+from gym_serve.envs.swe_fix import LIBRARY, SweFix, pristine_files, repo_commit
 from gym_serve.envs.swe_fix.bugs import BUGS, Bug
 from gym_serve.envs.swe_fix.patches import make_patch
 from gym_serve.rollout.local import run_local
 from gym_serve.rollout.scripted import ScriptedModel
+from gym_serve.sandbox.judge import run_pytest
 from gym_serve.wire.pieces import assistant_message, function_call
 
 DATA = Path(__file__).parent
 EXAMPLES = 6
+HELD_OUT = "tests/test_held_out.py"
 SYSTEM = (
     "You are a software engineer working in a repository at /workspace/repo (a Python library, `textkit`, with "
     "its tests in tests/). Fix the issue the user reports by changing the library's code; do not change the "
@@ -39,38 +39,49 @@ SYSTEM = (
 )
 
 
-def outcomes(files: dict[str, str]) -> dict[str, str]:
-    """Every test's outcome on a copy of the repository holding `files` (the judge's runner, here)."""
-    folder = Path(tempfile.mkdtemp(prefix="swe-fix-"))
-    try:
-        shutil.copytree(REPO, folder / "repo", ignore=shutil.ignore_patterns("__pycache__"))
-        for path, text in files.items():
-            (folder / "repo" / path).write_text(text)
-        tests = sorted(p for p in pristine_files() if p.startswith("tests/test_"))
-        nonce, stdin = judge.stdin_for(tests)
-        run = subprocess.run(
-            [sys.executable, "-B", "-c", judge.SOURCE],
-            input=stdin,
-            capture_output=True,
-            cwd=folder / "repo",
-            env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PATH": "/usr/bin:/bin"},
-        )
-        verdict = judge.read_verdict(run.stdout.decode(), nonce, tests)
-        assert verdict is not None, run.stdout.decode()[-2000:]
-        line = next(line for line in run.stdout.decode().splitlines() if line.startswith(f"{judge.MARK} {nonce}"))
-        return json.loads(line.split(" ", 2)[2])["outcomes"]
-    finally:
-        shutil.rmtree(folder)
+def outcomes(library: dict[str, str], tests: dict[str, str]) -> dict[str, str]:
+    """Every test's outcome (of `tests`, the suite and its config) against `library`, as `verify` runs them."""
+    ids = sorted(path for path in tests if path.startswith("tests/test_"))
+    files = {path: text.encode() for path, text in library.items()}
+    result = asyncio.run(run_pytest(LIBRARY, files, tests, ids, config="pyproject.toml"))
+    assert "harness_error" not in result and not result["collection_errors"], result
+    return result["outcomes"]
 
 
-def row(index: int, bug: Bug, pristine: dict[str, str], clean: dict[str, str]) -> dict[str, Any]:
+def without_functions(text: str, names: set[str]) -> str:
+    """A test module with these top-level test functions (and their decorators) taken out."""
+    lines = text.splitlines(keepends=True)
+    drop: set[int] = set()
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+            last = node.end_lineno or node.lineno
+            while last < len(lines) and not lines[last].strip():  # the blank lines after it
+                last += 1
+            drop |= set(range(first, last))
+    return "".join(line for i, line in enumerate(lines) if i not in drop)
+
+
+def row(index: int, bug: Bug, pristine: dict[str, str], clean_library: dict[str, str]) -> dict[str, Any]:
     text = pristine[bug.file]
     assert text.count(bug.pristine) == 1, f"{bug.name}: its pristine text is not in {bug.file} exactly once"
     buggy = text.replace(bug.pristine, bug.buggy)
-    broken = outcomes({bug.file: buggy})
-    fail_to_pass = sorted(t for t, o in broken.items() if o != "passed" and clean.get(t) == "passed")
-    pass_to_pass = sorted(t for t, o in broken.items() if o == "passed" and clean.get(t) == "passed")
-    assert fail_to_pass, f"{bug.name}: no test fails with the bug"
+    suite = {path: text for path, text in pristine.items() if not path.startswith(f"{LIBRARY}/")}
+    held = {**suite, HELD_OUT: "import pytest\n\n\n" + bug.held_out}
+    clean = outcomes(clean_library, held)
+    broken = outcomes({**clean_library, bug.file: buggy}, held)
+    assert clean and all(o == "passed" for o in clean.values()), f"{bug.name}: the pristine library fails {clean}"
+    fail_to_pass = sorted(t for t, o in broken.items() if o != "passed")
+    pass_to_pass = sorted(t for t, o in broken.items() if o == "passed")
+    held_out = {t for t in clean if t.startswith(HELD_OUT)}
+    assert fail_to_pass and held_out <= set(fail_to_pass), f"{bug.name}: its held-out tests must fail with the bug"
+    hidden: dict[str, set[str]] = {}  # test module -> the functions that hold a failing test
+    for test in fail_to_pass:
+        path, name = test.split("::")
+        if path != HELD_OUT:
+            hidden.setdefault(path, set()).add(name.split("[")[0])
+    test_patch = "".join(make_patch(path, without_functions(suite[path], names), suite[path]) for path, names in
+                         sorted(hidden.items())) + make_patch(HELD_OUT, None, held[HELD_OUT])  # fmt: skip
     commit = repo_commit()
     return {
         "responses_create_params": {
@@ -80,7 +91,7 @@ def row(index: int, bug: Bug, pristine: dict[str, str], clean: dict[str, str]) -
         "repo": "textkit/textkit",
         "base_commit": commit,
         "patch": make_patch(bug.file, buggy, text),
-        "test_patch": "",
+        "test_patch": test_patch,
         "problem_statement": bug.statement,
         "hints_text": "",
         "created_at": f"2026-01-{index + 1:02d}T00:00:00Z",
@@ -119,14 +130,14 @@ def solve(bug: Bug) -> list[list[dict[str, Any]]]:
 
 
 def fail(bug: Bug, task: dict[str, Any]) -> list[list[dict[str, Any]]]:
-    """View the failing test, weaken it so it passes with the bug, report: `verify` puts the test back (0)."""
-    test_file, test_name = task["FAIL_TO_PASS"][0].split("::")
-    name = test_name.split("[")[0]
-    weaken = f"cd /workspace/repo && sed -i 's/^def {name}(/def {name}(*_args):\\n    return\\ndef _was_{name}(/' {test_file}"
+    """View the module, run the tests it can see (they pass: the failing ones are held out), report that there is
+    nothing to fix: `verify`'s tests fail (0)."""
+    test_file = f"tests/test_{Path(bug.file).stem}.py"
+    check = f"cd /workspace/repo && python -m pytest -q {test_file} 2>&1 | tail -n 1 | sed -E 's/ in [0-9.]+s//'"
     return [
-        [function_call("bash", {"command": f"cd /workspace/repo && grep -n 'def {name}' {test_file}"}, "find")],
-        [function_call("bash", {"command": weaken}, "weaken")],
-        [assistant_message("The failing test was wrong, so I relaxed it; the suite passes now.", "done")],
+        [function_call("str_replace_editor", {"command": "view", "path": f"/workspace/repo/{bug.file}"}, "view")],
+        [function_call("bash", {"command": check}, "test")],
+        [assistant_message("The tests all pass, so I could not reproduce the issue; nothing to fix.", "done")],
     ]
 
 
@@ -153,9 +164,8 @@ async def record(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def main() -> None:
     pristine = pristine_files()
-    clean = outcomes({})
-    assert clean and all(o == "passed" for o in clean.values()), "the pristine library passes its tests"
-    tasks = [row(i, bug, pristine, clean) for i, bug in enumerate(BUGS)]
+    library = {path: text for path, text in pristine.items() if path.startswith(f"{LIBRARY}/")}
+    tasks = [row(i, bug, pristine, library) for i, bug in enumerate(BUGS)]
     recordings = asyncio.run(record(tasks))
     (DATA / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
     (DATA / "example.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks[:EXAMPLES]))
