@@ -716,6 +716,9 @@ class Harness:
         except _Timeout:
             self.load_failure = "the package under test timed out while loading"
             raise
+        except _Died:
+            self.load_failure = self._death(self.session)  # it ended while loading: it would again
+            raise
         return self.session
 
     def _death(self, session):
