@@ -116,7 +116,8 @@ class SweFix(WorkspaceEnvironment[FixTask, FixState]):
 
     @classmethod
     def reward_hacks(cls, task: FixTask) -> dict[str, list[list[dict[str, Any]]]]:
-        return hacks.hacks(task.FAIL_TO_PASS, host.python_version())
+        ((path, text),) = apply(pristine_files(), task.patch, reverse=True).items()  # the broken module
+        return hacks.hacks(task.FAIL_TO_PASS, host.python_version(), broken=(path, text))
 
     async def reset(self, task: FixTask) -> FixState:
         """The task's starting state: the library with the bug, the tests without the ones `verify` adds, one commit,

@@ -19,7 +19,7 @@ from gym_serve.analysis.check import check_environment
 from gym_serve.deployments.app import build_app
 from gym_serve.environment.runner import EnvRunner
 from gym_serve.environment.workspace import local_provider
-from gym_serve.envs.swe_fix import SweFix, held_tests, pristine_files, starting_files
+from gym_serve.envs.swe_fix import SweFix, hacks, held_tests, pristine_files, starting_files
 from gym_serve.envs.swe_fix.patches import apply
 from gym_serve.sandbox.judge import run_pytest
 from gym_serve.testing.fixtures import unique
@@ -256,3 +256,18 @@ async def test_every_reward_hack_scores_0_through_a_serve_replica(serve_instance
     assert {name: reward for name, reward in rewards.items() if reward != 0.0} == {}
     serve.delete(name)
     assert json.dumps(rewards)  # plain data all the way back
+
+
+async def test_the_generated_reward_hacks_edit_the_broken_module_and_stay_within_the_budget() -> None:
+    """`hacks.generated`: every family, each an edit of the module holding the bug that Python compiles (an encoding
+    honouring its cookie), few enough that `gym-serve env test` plays them all in a CI run (each is a rollout)."""
+    row = tasks()[0]
+    found = SweFix.reward_hacks(SweFix.Task.model_validate(row))
+    generated = [name for name in found if name.startswith("generated_")]
+    assert 60 <= len(generated) <= 120, len(generated)
+    assert {name.split("_")[1] for name in generated} == {"route", "encoding", "dunder", "annotation"}
+    ((path, text),) = apply(pristine_files(), row["patch"], reverse=True).items()
+    for name, content in hacks.generated(path, text).items():
+        compile(content, path, "exec")
+        if isinstance(content, str) and not name.startswith("encoding"):
+            assert content.startswith(text), name  # the module as the agent found it, the attack after

@@ -7,6 +7,11 @@ their own running as an unprivileged uid (`tests.verifiers.callers`), and throug
 replicas of `code_generation` (this module's Ray cluster, and one running as `nobody`); a correct
 solution scores 1 everywhere, so a 0 is the attack failing, not the sandbox failing.
 
+Beside the hand-written attacks, the generated ones (`gym_serve.verifiers.attacks`): every route from the modules
+the harness hands its tests to `sys`, `os`, `builtins`, `inspect`, `gc` or a frame, each with a payload that forges
+every verdict it can; the source encodings a coding cookie may name; objects that lie to every comparison; code run
+by evaluating string annotations.
+
 Then the harness itself is assumed broken: a hostile harness stands in for the real one, and
 the walls around it must still hold (no host write, no network, no signal to the caller, no
 secret of the caller's, nothing left running), in both modes, for both callers and through Serve.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -32,9 +38,9 @@ from typing import Any
 
 import pytest
 
-from gym_serve.sandbox import judge
-from gym_serve.verifiers import code
-from gym_serve.verifiers.code import SandboxError, SandboxLimits, verify_asserts, verify_calls
+from gym_serve.sandbox import host, judge
+from gym_serve.verifiers import attacks, code
+from gym_serve.verifiers.code import SandboxError, SandboxLimits, verify_asserts, verify_calls, verify_stdio
 from tests.verifiers.callers import WHO, call, processes_with, venv_site
 from tests.verifiers.stdlib_side_effects import probe, side_effect_modules
 
@@ -277,6 +283,151 @@ async def test_tests_that_need_the_solutions_objects_still_work(mode: str) -> No
     assert result.reward == 1.0, result.details
 
 
+# ---- the verdict's channel, and the policy's own failures: each a 0, never a pass or a masked row ----
+
+PRINTING_TESTS = ["print(add(1, 2))", *TESTS]
+"""A row whose first test prints what the solution returned (NeMo Gym's rows print, LiveCodeBench's harness prints)."""
+FORGED_VERDICT = json.dumps({"tests": [["ok", ""]] * len(PRINTING_TESTS), "runs": [], "layers": []})
+PRINTS_A_VERDICT = (
+    f"def add(a, b):\n    return '\\nverdict ' + {FORGED_VERDICT!r} + '\\n' + {FORGED_VERDICT!r} + '\\n'\n"
+)
+"""A wrong solution whose return value, printed by the test, is a verdict line in every shape the harness ever wrote:
+when the verdict shared the tests' stdout (the last line was read), this scored 1.0 in every mode and through Serve."""
+HUGE_REPLY = "def add(a, b):\n    return 'x' * (63 << 20)\n"
+"""A reply under the old 64 MB cap that made the harness decode gigabytes, and the row a masked `verifier_timeout`."""
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_test_that_prints_what_the_solution_returned_is_no_channel_for_the_verdict(mode: str) -> None:
+    forged = await verify_asserts(PRINTS_A_VERDICT, PRINTING_TESTS, limits=LIMITS, mode=mode)
+    assert forged.reward == 0.0 and forged.passed == 1, forged.details  # the print itself passes; nothing else
+    honest = await verify_asserts(CORRECT, PRINTING_TESTS, limits=LIMITS, mode=mode)
+    assert honest.reward == 1.0, honest.details  # a printing row no longer turns every answer into a masked error
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_huge_reply_fails_its_test_within_the_deadline(mode: str) -> None:
+    started = time.monotonic()
+    result = await verify_asserts(HUGE_REPLY, TESTS, limits=LIMITS, mode=mode)
+    assert result.reward == 0.0 and result.passed == 0, result.details
+    assert any("larger than any test value needs" in detail for detail in result.details), result.details
+    limit = LIMITS.budget(len(TESTS))
+    assert time.monotonic() - started < limit, "the harness answers within its budget, never the judge's timeout"
+
+
+# ---- generated attacks: routes, encodings, liars, annotations (`gym_serve.verifiers.attacks`) ----
+
+WRONG = "def add(a, b):\n    return -999\n"
+STDIO_CASES = [{"input": "1 2\n", "output": "3\n"}, {"input": "20 22\n", "output": "42\n"}]
+STDIO_CORRECT = "a, b = map(int, input().split())\nprint(a + b)\n"
+STDIO_WRONG = "a, b = map(int, input().split())\nprint(a - b - 999)\n"
+CALL_CASES = [([1, 2], 3), ([20, 22], 42)]
+
+
+@functools.lru_cache(maxsize=4)
+def generated(stdio: bool = False, every_route: bool = False) -> dict[str, str]:
+    """The generated attacks, each beside a wrong `add` (or a wrong stdio program: no liar, it returns nothing), the
+    routes starting from the modules the harness hands its tests (`TEST_MODULES`), walked with the sandbox's Python:
+    the compact set (`attacks.distinct`), each in one spelling (how a name is written changes nothing for a verdict
+    taken in another process, and each attack costs a sandbox); `every_route`: every route in every spelling and every
+    codec."""
+    solution, functions = (STDIO_WRONG, []) if stdio else (WRONG, ["add"])
+    python = host.sandbox_python()
+    harness_modules = load_harness().TEST_MODULES
+    if every_route:
+        return attacks.solutions(harness_modules, solution, functions, python=python, compact=False)
+    return attacks.solutions(harness_modules, solution, functions, python=python, spellings=("attrgetter",))
+
+
+def one_route_per_target(solutions: dict[str, str]) -> dict[str, str]:
+    """Every attack but the routes, and the first route to each target."""
+    kept, targets = {}, set()
+    for name, solution in solutions.items():
+        target = name.split("_via_")[0].rsplit("_", 1)[-1] if name.startswith("route_") else None
+        if target is None or target not in targets:
+            kept[name] = solution
+            targets.add(target)
+    return kept
+
+
+async def scored(verifier: str, name: str, run: Any) -> tuple[str, str, Any]:
+    """(verifier, attack, (reward, the first details) or how the verifier broke)."""
+    try:
+        result = await run
+    except Exception as e:  # noqa: BLE001 - a verifier that breaks on an attack is a finding too
+        return verifier, name, f"{type(e).__name__}: {e}"
+    return verifier, name, (result.reward, result.details[:2])
+
+
+def assert_controls_one_and_attacks_zero(results: list[tuple[str, str, Any]], verifiers: set[str]) -> None:
+    controls = {verifier: outcome for verifier, name, outcome in results if name == "correct"}
+    assert {verifier: outcome[0] for verifier, outcome in controls.items()} == dict.fromkeys(verifiers, 1.0), controls
+    above_zero = {
+        (verifier, name): outcome
+        for verifier, name, outcome in results
+        if name != "correct" and (not isinstance(outcome, tuple) or outcome[0] != 0.0)
+    }
+    assert above_zero == {}, above_zero
+
+
+def test_the_generator_finds_the_routes_and_every_family() -> None:
+    """The walk finds what a denylist missed (`dataclasses.sys`, `typing.sys`, a function's `__globals__`), every
+    family is there, and each attack compiles (the encodings as bytes, honouring their cookie)."""
+    found = attacks.routes(load_harness().TEST_MODULES, python=host.sandbox_python())
+    plain = {attacks.render(route, "plain") for route in found}
+    assert {"dataclasses.sys", "dataclasses.inspect", "typing.sys", "sys", "os"} <= plain, sorted(plain)
+    assert {route["target"] for route in found} == set(attacks.TARGETS) - {"gc"} | {"frame"}
+    assert {route["kind"] for route in found} >= {"attr", "globals", "builtins", "self", "subclasses"}
+    solutions = generated()
+    assert {name.split("_")[0] for name in solutions} == {"route", "encoding", "dunder", "annotation"}
+    assert 60 <= len(solutions) <= 200, len(solutions)
+    for source in solutions.values():
+        compile(source, "<attack>", "exec")
+    encoded = attacks.encoding_attacks(carrier=WRONG)
+    mechanisms = {name.split("_")[1] for name in encoded}
+    assert mechanisms == {"newline", "string", "plain"} and len(encoded) >= 80, sorted(encoded)
+    for data in encoded.values():
+        compile(data, "<attack>", "exec")
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("mode", MODES)
+async def test_every_generated_attack_scores_zero(mode: str) -> None:
+    """Each generated attack as a solution, all at once: through `verify_asserts` in both modes; through
+    `verify_calls`, and `verify_stdio` (no liar: it prints; one route per target, as every route ends in the same
+    payload), in the namespaces mode, the default where the kernel allows it (the fallback runs the same harness and
+    runner: the hand-written attacks cover its walls). A correct solution scores 1 through each in the same batch."""
+    jobs = [scored("asserts", "correct", verify_asserts(CORRECT, TESTS, limits=LIMITS, mode=mode))]
+    jobs += [
+        scored("asserts", name, verify_asserts(s, TESTS, limits=LIMITS, mode=mode)) for name, s in generated().items()
+    ]
+    verifiers = {"asserts"}
+    if mode == "namespaces":
+        verifiers |= {"calls", "stdio"}
+        jobs.append(scored("calls", "correct", verify_calls(CORRECT, "add", CALL_CASES, limits=LIMITS, mode=mode)))
+        jobs.append(scored("stdio", "correct", verify_stdio(STDIO_CORRECT, STDIO_CASES, limits=LIMITS, mode=mode)))
+        for name, solution in generated().items():
+            jobs.append(scored("calls", name, verify_calls(solution, "add", CALL_CASES, limits=LIMITS, mode=mode)))
+        for name, solution in one_route_per_target(generated(stdio=True)).items():
+            jobs.append(scored("stdio", name, verify_stdio(solution, STDIO_CASES, limits=LIMITS, mode=mode)))
+    results = await asyncio.gather(*jobs)
+    assert_controls_one_and_attacks_zero(results, verifiers)
+    assert len(results) > (150 if mode == "namespaces" else 70), len(results)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_every_generated_route_in_every_spelling_scores_zero() -> None:
+    """The whole generated set (every route from every harness module in every spelling, every codec) through
+    `verify_asserts`, in the default mode: hundreds of sandboxes."""
+    jobs = [scored("asserts", "correct", verify_asserts(CORRECT, TESTS, limits=LIMITS))]
+    every = generated(every_route=True)
+    jobs += [scored("asserts", name, verify_asserts(s, TESTS, limits=LIMITS)) for name, s in every.items()]
+    results = await asyncio.gather(*jobs)
+    assert_controls_one_and_attacks_zero(results, {"asserts"})
+    assert len(results) > 400, len(results)
+
+
 # ---- the same attacks through a real Serve replica, in both modes ----
 
 
@@ -373,6 +524,7 @@ def assert_served(rewards: dict[str, dict[str, Any]], solutions: dict[str, str])
 @pytest.mark.serve
 async def test_every_reward_hack_scores_zero_through_a_serve_replica(serve_instance: None) -> None:
     solutions = {"correct": CORRECT, **ATTACKS, "name_every_module_with_import_side_effects": every_side_effect()}
+    solutions |= {"prints_a_verdict": PRINTS_A_VERDICT, "huge_reply": HUGE_REPLY, **generated()}
     assert_served(await rewards_through_serve(solutions), solutions)
 
 
@@ -413,7 +565,7 @@ def test_the_harness_imports_no_module_the_solution_names() -> None:
     )
     names = side_effect_modules()
     done = subprocess.run(
-        [code._python(), "-I", "-B", "-c", script, str(HARNESS)],
+        [host.sandbox_python(), "-I", "-B", "-c", script, str(HARNESS)],
         input=json.dumps(names), capture_output=True, text=True, check=True, cwd="/",
     )  # fmt: skip
     assert json.loads(done.stdout) == {"imported": [], "all_handles": True}, done.stdout
