@@ -34,8 +34,12 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from gym_serve import Environment, Response, Task, Verdict
 from gym_serve.errors import MissingPackageError, VerifierTimeoutError, VerifyError
+from gym_serve.sandbox import host
+from gym_serve.sandbox.judge import TEST_MODULES
+from gym_serve.verifiers import attacks
 from gym_serve.verifiers import code as sandbox
 from gym_serve.verifiers.code import SandboxLimits, extract_code
+from gym_serve.wire.pieces import assistant_message
 
 LCB_PRELUDE = "\n".join(
     [f"from {m} import *" for m in "string re datetime collections heapq bisect copy math random statistics".split()]
@@ -121,6 +125,22 @@ class CodeGeneration(Environment[CodeTask, None]):
     verify_budget_s = 15.0  # hostile code runs until the sandbox's wall limit (10 s by default), plus start-up
     verify_timeout_s = 900.0  # the sandbox bounds itself: (wall_s + 1) per test, plus start-up
 
+    @classmethod
+    def reward_hacks(cls, task: CodeTask) -> dict[str, list[list[dict[str, Any]]]]:
+        """The generated attacks on a verdict (`gym_serve.verifiers.attacks`), each as the answer's code beside a
+        wrong definition of every function the tests call: every route from the modules the harness hands its tests
+        to `sys`, `os`, `builtins`, `inspect`, `gc` or a frame, with a payload that forges every verdict it can; one
+        source per family of encodings; objects that lie to every comparison; code run by string annotations."""
+        names = _called(task.tests or [])
+        stub = "".join(f"def {name}(*args, **kwargs):\n    return None\n\n\n" for name in names)
+        solutions = attacks.solutions(
+            TEST_MODULES, stub, names, python=host.sandbox_python(), spellings=("attrgetter",)
+        )
+        return {
+            f"generated_{name}": [[assistant_message(f"```python\n{source}\n```", "done")]]
+            for name, source in solutions.items()
+        }
+
     async def verify(self, task: CodeTask, response: Response) -> Verdict:
         text = response.output_text()
         code = extract_code(text) if text.strip() else None
@@ -186,6 +206,18 @@ def task_modules(task: CodeTask) -> set[str]:
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names.add(node.module.split(".")[0])
     return names
+
+
+def _called(tests: list[str]) -> list[str]:
+    """The names the tests call that no builtin has (the functions a solution is asked for)."""
+    import builtins
+
+    called = set()
+    for test in tests:
+        for node in ast.walk(ast.parse(test)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not hasattr(builtins, node.func.id):
+                called.add(node.func.id)
+    return sorted(called)
 
 
 async def _scorable(task: CodeTask, result: sandbox.CodeResult) -> None:

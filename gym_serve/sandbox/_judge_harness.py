@@ -612,6 +612,8 @@ class Harness:
                 outcomes.append(["fail", f"AssertionError: {str(e)[:200]}"])
             except _Timeout:
                 outcomes.append(["fail", "timed out"])
+            except _TooLarge as e:
+                outcomes.append(["fail", str(e)])
             except _Died:
                 outcomes.append(["fail", self._death(session)])
             except Exception as e:  # noqa: BLE001 - a test that raises fails; the harness goes on
@@ -666,6 +668,8 @@ class Harness:
                 outcomes.append(["ok" if ok else "fail", "" if ok else "wrong answer"])
             except _Timeout:
                 outcomes.append(["fail", "timed out"])
+            except _TooLarge as e:
+                outcomes.append(["fail", str(e)])
             except _Died:
                 outcomes.append(["fail", self._death(session)])
             except Exception as e:  # noqa: BLE001

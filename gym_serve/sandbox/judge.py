@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_serve.sandbox import host
+from gym_serve.sandbox._judge_harness import TEST_MODULES
 from gym_serve.sandbox.cgroups import Cgroup
 from gym_serve.sandbox.errors import SandboxError
 from gym_serve.sandbox.oneshot import (
@@ -48,7 +49,7 @@ from gym_serve.sandbox.oneshot import (
     signal_group,
 )
 
-__all__ = ["PYTEST_PACKAGES", "RunResult", "SandboxLimits", "SandboxTimeout", "run", "run_pytest"]
+__all__ = ["PYTEST_PACKAGES", "TEST_MODULES", "RunResult", "SandboxLimits", "SandboxTimeout", "run", "run_pytest"]
 
 TEST_LIB = "/opt/gs-judge/lib"
 """Where pytest and what it imports are, in a namespace sandbox (bound read-only from this host)."""
