@@ -604,20 +604,7 @@ class Harness:
                 if session is None:
                     break
                 namespace.update(session.names)
-            try:
-                session.deadline = self.deadline()
-                _run_test(test, index, namespace)
-                outcomes.append(["ok", ""])
-            except AssertionError as e:
-                outcomes.append(["fail", f"AssertionError: {str(e)[:200]}"])
-            except _Timeout:
-                outcomes.append(["fail", "timed out"])
-            except _TooLarge as e:
-                outcomes.append(["fail", str(e)])
-            except _Died:
-                outcomes.append(["fail", self._death(session)])
-            except Exception as e:  # noqa: BLE001 - a test that raises fails; the harness goes on
-                outcomes.append(["fail", f"{type(e).__name__}: {str(e)[:200]}"])
+            outcomes.append(self._outcome(session, _run_test, test, index, namespace))
             if self.over_quota(force=True):
                 session.runner.disk_exceeded = True
                 session.runner.kill()
@@ -627,6 +614,25 @@ class Harness:
         if session is not None:
             session.close()
         return {"tests": outcomes}
+
+    def _outcome(self, session, check, *args):
+        """One test's outcome, `check(*args)` run with the test's deadline: it passes unless it returns False (a wrong
+        answer) or raises (why it failed; a test that raises fails, and the harness goes on)."""
+        try:
+            session.deadline = self.deadline()
+            if session.runner.proc.poll() is not None:
+                raise _Died()
+            return ["fail", "wrong answer"] if check(*args) is False else ["ok", ""]
+        except AssertionError as e:
+            return ["fail", f"AssertionError: {str(e)[:200]}"]
+        except _Timeout:
+            return ["fail", "timed out"]
+        except _TooLarge as e:
+            return ["fail", str(e)]
+        except _Died:
+            return ["fail", self._death(session)]
+        except Exception as e:  # noqa: BLE001 - a test that raises fails; the harness goes on
+            return ["fail", f"{type(e).__name__}: {str(e)[:200]}"]
 
     def _load(self, outcomes, remaining):
         """The solution loaded in a fresh runner, or None with every remaining test failed (it did not load)."""
@@ -659,21 +665,7 @@ class Harness:
             if self.over_budget():
                 outcomes.append(["fail", OUT_OF_BUDGET])
                 continue
-            try:
-                session.deadline = self.deadline()
-                if session.runner.proc.poll() is not None:
-                    raise _Died()
-                result = target(*case["args"])
-                ok = _lcb_equal(result, case["expected"])
-                outcomes.append(["ok" if ok else "fail", "" if ok else "wrong answer"])
-            except _Timeout:
-                outcomes.append(["fail", "timed out"])
-            except _TooLarge as e:
-                outcomes.append(["fail", str(e)])
-            except _Died:
-                outcomes.append(["fail", self._death(session)])
-            except Exception as e:  # noqa: BLE001
-                outcomes.append(["fail", f"{type(e).__name__}: {str(e)[:200]}"])
+            outcomes.append(self._outcome(session, _right_answer, target, case))
         session.close()
         return {"tests": outcomes}
 
@@ -891,6 +883,10 @@ def _call_target(session, fn_name):
     if not isinstance(target, Remote):
         raise SolutionError(f"the solution defines no function `{fn_name}`")
     return target
+
+
+def _right_answer(target, case):
+    return _lcb_equal(target(*case["args"]), case["expected"])
 
 
 def _lcb_equal(prediction, expected):
