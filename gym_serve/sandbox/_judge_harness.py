@@ -961,6 +961,7 @@ def main():
     harness = Harness(spec)
     os.set_inheritable(harness.control, False)
     os.makedirs(harness.run_dir, exist_ok=True)
+    os.environ["TMPDIR"] = harness.run_dir  # a test's temporary files are where the solution may reach them
     harness.confine.make_undumpable()
     if spec["caller_pid"]:  # fallback: die (cleanly) with the verifier that started us
         harness.confine.die_with_parent(signal.SIGTERM)

@@ -274,3 +274,13 @@ async def test_a_serve_replica_contains_hostile_code_and_keeps_serving(serve_ins
     assert [r["reward"] for r in after] == [1.0] * 4
     serve.delete(name)
     serve.delete(name + "-model")
+
+
+async def test_a_test_s_temporary_folder_is_one_the_solution_can_write(mode: str) -> None:
+    """BigCodeBench's tests make a temporary folder and ask the solution to fill it: the harness's temporary files
+    are in the runners' own folder, the one place a runner may write."""
+    solution = "import os\ndef touch(folder):\n    open(os.path.join(folder, 'made'), 'w').close()\n    return 1\n"
+    test = "import os, tempfile\nfolder = tempfile.mkdtemp()\nassert touch(folder) == 1\n"
+    test += "assert os.listdir(folder) == ['made']"
+    result = await verify_asserts(solution, [test], limits=LIMITS, mode=mode)
+    assert result.reward == 1.0, result.details
