@@ -31,6 +31,16 @@ A failed rollout is data, not a crash: whatever escapes a rollout becomes a
 failure row whose `_ng_failure_class` is a `FailureKind`, and the collection
 goes on. The exception's type decides the kind (`failure_kind`); nothing
 passes kinds around as strings.
+
+Who a failure belongs to. A failure row is masked (`mask_sample: true`, no
+reward): it is left out of training. So it must be the system's failure only (a
+sandbox gone, an endpoint down, a verifier that breaks on pristine input, a judge
+that gives no verdict); a failure the policy's own output can cause (a hang, a
+huge reply, unparsable code, a crash of code it wrote) is a reward of 0, never
+one of these, or a policy that cannot solve a task learns to produce whatever
+drops its sample from training. Each kind's docstring says whether the policy
+could cause it and what keeps it from doing so; CONTRIBUTING.md says how an
+environment keeps to the rule.
 """
 
 from __future__ import annotations
@@ -80,50 +90,81 @@ class FailureKind(StrEnum):
 
     # NeMo Gym's names
     TRANSPORT_UNREACHABLE = "transport_unreachable"
-    """An endpoint (a model server) refused or dropped the connection."""
+    """An endpoint (a model server) refused or dropped the connection. Not the policy's: nothing it outputs reaches
+    a connection."""
     TRANSPORT_TIMEOUT = "transport_timeout"
-    """A call to another tier or an endpoint did not answer within its timeout."""
+    """A call to another tier or an endpoint did not answer within its timeout. The policy's output can be what is
+    slow (a turn of tool calls, a user turn reading its message): tools bound themselves well within the agent's
+    `tier_call_timeout_s` (`envs/math_with_tools`'s budget; a workspace's `bash`, 60 s a call in swe_fix, does not
+    yet), and what reads its text does so in linear time."""
     AGENT_RUN_ERROR = "agent_run_error"
-    """The episode broke on something no more specific kind names."""
+    """The episode broke on something no more specific kind names. Not the policy's in gym-serve's own loop, where
+    nothing its output holds raises; a NeMo Gym agent's `/run` that failed may have broken on it (NeMo Gym's code)."""
     AGENT_TIMEOUT = "agent_timeout"
-    """A rollout attempt did not finish before its deadline."""
+    """A rollout attempt did not finish before its deadline. The policy decides how long an episode runs within
+    `max_steps` and each call's bounds: an `attempt_timeout_s` above what those allow keeps this the system's."""
     VERIFIER_ERROR = "verifier_error"
-    """The environment's verify raised, or returned something that is not a reward."""
+    """The environment's verify raised, or returned something that is not a reward. Only the row's or the
+    verifier's fault: a verify scores 0 whatever in the answer would break it (and a hosted NeMo Gym server's verify
+    is its own code, which may not)."""
     JUDGE_FAILED = "judge_failed"
-    """The judge model behind a verifier gave no usable verdict."""
+    """The judge model behind a verifier gave no usable verdict. The judge's failure; the answer is in its prompt,
+    so one too long for the judge's context scores 0 unsent (`llm_judge_qa`'s `max_answer_bytes`), and one that talks
+    the judge out of its verdict line is what the delimiters and the instructions around it are there to stop."""
     SESSION_LOST = "session_lost"
-    """The replica that held the rollout's session state went away."""
+    """The replica that held the rollout's session state went away (or the rollout's sandbox). Not the policy's: its
+    commands cannot end their own sandbox (`kill -9 -1` in one leaves it answering), and a session idles out only
+    after `session_idle_s` (30 min) without a call."""
     CANCELLED = "cancelled"
-    """The caller gave up on the rollout (a client went away)."""
+    """The caller gave up on the rollout (a client went away). Not the policy's."""
     KILL_SHAPED = "kill_shaped"
-    """A replica or actor died under the rollout (NeMo Gym's name for a dead Ray actor)."""
+    """A replica or actor died under the rollout (NeMo Gym's name for a dead Ray actor). Not the policy's while no
+    check of its output can exhaust a replica: those that could run bounded (math-verify and reasoning-gym's scorers
+    in a worker process, SQLite with value and result limits, code in a sandbox)."""
     # gym-serve's own
     BAD_INPUT = "bad_input"
-    """The input row cannot be run (it names file, line and field)."""
+    """The input row cannot be run (it names file, line and field). Not the policy's: found before it acts."""
     BACKPRESSURE = "backpressure"
-    """Serve refused the request because the tier's queue was full."""
+    """Serve refused the request because the tier's queue was full. Not the policy's (and waited out, not a row,
+    until its waits run out)."""
     MODEL_ERROR = "model_error"
-    """The model tier answered with an error."""
+    """The model tier answered with an error. Not the policy's with a vLLM tier, which answers a conversation past
+    its context `incomplete`; an OpenAI-compatible endpoint answers one with a 400, which lands here."""
     ENV_ERROR = "env_error"
-    """The environment's seed or user turn raised."""
+    """The environment's seed or user turn raised. A seed runs before the policy acts; a user turn reads its message
+    and answers what it cannot read (a move it cannot parse is a penalty), except a hosted Gymnasium server's `/step`,
+    which is its own code."""
     TOOL_ERROR = "tool_error"
-    """Running a turn's tool calls broke outside the model's view (not a tool's own error, which the model sees)."""
+    """Running a turn's tool calls broke outside the model's view (not a tool's own error, which the model sees).
+    Not the policy's: arguments it garbles (not JSON, nested past the parser's stack, a number past 4300 digits) are
+    an error text it reads."""
     VERIFIER_TIMEOUT = "verifier_timeout"
-    """Verification did not finish within the environment's deadline: no verdict, so no reward (not a 0)."""
+    """Verification did not finish within the environment's deadline: no verdict, so no reward (not a 0). Only the
+    machine's: a check the answer can keep busy runs under a deadline of its own, and an answer whose check overruns
+    it while the same check on pristine input (the reference against itself) does not scores 0; the rest of a verify
+    is linear in the answer, or bounded by a size it refuses past."""
     MISSING_PACKAGE = "missing_package"
-    """The check needs a package the verifier's sandbox lacks (it names it): no answer could be scored there."""
+    """The check needs a package the verifier's sandbox lacks (it names it): no answer could be scored there. Not the
+    policy's: only a package the task imports counts; one the answer alone imports is its 0."""
     REPLAY_MISS = "replay_miss"
     """The replay model has no recording of the conversation: nothing the policy did, so nothing to score."""
     STALE_POLICY = "stale_policy"
-    """The rollout's oldest token came from a policy version more than `max_policy_lag` behind the current one."""
+    """The rollout's oldest token came from a policy version more than `max_policy_lag` behind the current one. Not
+    the policy's output: the trainer's pace (and it is run again)."""
     HARNESS_ERROR = "harness_error"
-    """A harness agent (an SDK callable or a program) raised or exited non-zero: its episode has no verdict."""
+    """A harness agent (an SDK callable or a program) raised or exited non-zero: its episode has no verdict. The
+    policy can cause it (a reply the harness cannot handle, a command that kills it), and nothing yet tells that from
+    the harness's own bug: an open exception to the rule (a Model tier failure under it is named as the tier's)."""
     HARNESS_NO_MODEL_CALLS = "harness_no_model_calls"
-    """A harness agent ended without one call to the model: nothing the policy did, so nothing to score."""
+    """A harness agent ended without one call to the model: nothing the policy did, so nothing to score (nor could
+    it have caused this: it never ran)."""
     HARNESS_TIMEOUT = "harness_timeout"
-    """A harness agent was still running at its deadline; it was killed with everything it started."""
+    """A harness agent was still running at its deadline; it was killed with everything it started. The policy can
+    cause it (it keeps working, or starts a command that never ends): an open exception to the rule, until a timed-out
+    episode's workspace is verified as it was left."""
     STRAGGLER = "straggler"
-    """The rollout's group finished without it (a long-tail policy cut it): masked, never scored."""
+    """The rollout's group finished without it (a long-tail policy cut it): masked, never scored. The policy's pace
+    decides it; with `stragglers: partial` the rollout goes on next step instead, and nothing is masked."""
 
 
 class GymServeError(Exception):
