@@ -284,6 +284,15 @@ async def test_tool_calls_get_simple_agents_answers() -> None:
     assert json.loads(by_id["c"])["detail"][0]["loc"] == ["body", "city"], "the 422 body is the model's to read"
     assert by_id["d"] == by_id["e"] == by_id["f"] == NOT_FOUND, "the verifier's own routes are no tools"
     assert [o["type"] for o in outputs] == ["function_call_output"] * 6
+    # simple_agent catches only `JSONDecodeError` (its /run fails on these): here the model reads them, and the
+    # rollout goes on instead of failing as `tool_error`, masked, for arguments the policy wrote
+    garbled = [
+        {"call_id": "g", "name": "get_weather", "arguments": "[" * 100_000},
+        {"call_id": "h", "name": "get_weather", "arguments": '{"city": ' + "9" * 5000 + "}"},
+    ]
+    outputs, state = await host.call_tools(garbled, state)
+    for output, raised in zip(outputs, ("RecursionError", "ValueError"), strict=True):
+        assert json.loads(output["output"])["error"].startswith(f"Invalid tool call arguments: {raised}(")
 
 
 async def test_a_tool_that_raises_answers_the_model_as_nemo_gyms_middleware_would(

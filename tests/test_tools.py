@@ -7,7 +7,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel
 
-from gym_serve import Environment, tool
+from gym_serve import Environment, EnvRunner, tool
 from gym_serve.environment.tools import ToolSpec
 
 
@@ -78,12 +78,21 @@ def test_spec_knows_which_tools_take_state() -> None:
         ("{}", "`sku`: Field required"),
         ('{"sku": "a", "quantity": "many"}', "`quantity`"),
         ('{"sku": "a", "colour": "red"}', "`colour`: Extra inputs are not permitted"),
+        ("[" * 100_000, "cannot be read: maximum recursion depth exceeded"),
+        ('{"sku": "a", "quantity": ' + "9" * 5000 + "}", "cannot be read: Exceeds the limit (4300 digits)"),
     ],
 )
 def test_bad_arguments_give_readable_errors(arguments: str, message: str) -> None:
     with pytest.raises(ValueError, match="add_item") as info:
         Shop.tool_specs()["add_item"].parse_arguments(arguments)
     assert message in str(info.value)
+
+
+async def test_arguments_no_parser_can_read_are_the_models_to_see_not_a_failed_rollout() -> None:
+    """JSON nested past Python's stack raises `RecursionError`, not a `ValueError`: it must still reach the model."""
+    calls = [{"call_id": "c", "name": "add_item", "arguments": "[" * 100_000}]
+    outputs, state = await EnvRunner(Shop()).call_tools(calls, {"count": 0})
+    assert outputs[0]["output"].startswith("Error: arguments for `add_item` cannot be read") and state == {"count": 0}
 
 
 def test_good_arguments_are_coerced_and_defaulted() -> None:

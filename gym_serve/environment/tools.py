@@ -112,6 +112,8 @@ class ToolSpec:
             raw = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as e:
             raise ValueError(f"arguments for `{self.name}` are not valid JSON ({e.msg} at position {e.pos})") from e
+        except (ValueError, RecursionError) as e:  # a number past 4300 digits, `[[[[...` past the parser's stack
+            raise ValueError(f"arguments for `{self.name}` cannot be read: {e}") from e
         if not isinstance(raw, dict):
             raise ValueError(f"arguments for `{self.name}` must be a JSON object, got {type(raw).__name__}")
         try:

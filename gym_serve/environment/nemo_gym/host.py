@@ -183,7 +183,7 @@ class NemoGymServer:
             name = str(call.get("name", ""))
             try:  # simple_agent's parsing and message, exactly: the model reads them
                 arguments = json.loads(call.get("arguments"))  # type: ignore[arg-type]
-            except (json.JSONDecodeError, TypeError) as e:
+            except (ValueError, TypeError, RecursionError) as e:  # simple_agent crashes on a huge number, deep nesting
                 text = json.dumps({"error": f"Invalid tool call arguments: {e!r}"})
             else:
                 text = NOT_FOUND if name in PROTOCOL_ROUTES else await self._tool(name, arguments, session)
