@@ -108,7 +108,9 @@ SERVERS = {
 RECORDED_BY_AN_OLDER_NEMO_GYM = {("mcqa", 2): 1.0}
 """NeMo Gym 0.7.0 itself re-scores this recording 1.0 (`\\boxed{C: ...}` reads as C); it was recorded as 0.0."""
 SLOW_TO_CHECK = {("math_with_judge", 1)}
-"""math-verify needs 5-40 s for this answer on this machine: its reward is 1.0, or (past the deadline) no reward."""
+"""math-verify needs 5-40 s for this answer on this machine: its reward is 1.0, or (past the deadline) 0 with
+`rejected` (the answer, `(1+\\sqrt{3})^{4033}...`, is what took the time), or no reward on a machine too busy to
+check even the reference against itself."""
 
 
 def recorded(server: str) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
@@ -156,6 +158,9 @@ async def test_nemo_gyms_recorded_rollouts_get_nemo_gyms_rewards(server: str) ->
             got = await runner.verify(row, rollout["response"], None)
         except VerifierTimeoutError:
             assert (server, index) in SLOW_TO_CHECK
+            continue
+        if (server, index) in SLOW_TO_CHECK and "rejected" in got:
+            assert got["reward"] == 0.0, (server, index)
             continue
         assert got["reward"] == expected, (server, index)
         if server == "instruction_following":  # instruction by instruction, too

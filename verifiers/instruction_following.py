@@ -309,8 +309,10 @@ class NumberBulletLists(Instruction):
     num_bullets: Count
 
     def check(self, response: str) -> bool:
-        stars = re.findall(r"^\s*\*[^\*].*$", response, flags=re.M)
-        dashes = re.findall(r"^\s*-.*$", response, flags=re.M)
+        # IFEval's `^\s*\*[^\*].*$` and `^\s*-.*$`, with the indentation read within the line (`[^\S\n]*`): as many
+        # matches, but `\s*` crosses newlines, which is quadratic on a run of blank lines (minutes for 100,000)
+        stars = re.findall(r"^[^\S\n]*\*[^\*].*$", response, flags=re.M)
+        dashes = re.findall(r"^[^\S\n]*-.*$", response, flags=re.M)
         return len(stars) + len(dashes) == self.num_bullets
 
 

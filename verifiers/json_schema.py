@@ -31,21 +31,27 @@ instead of scoring 0, so a broken dataset row fails loudly.
 
 A model must not be able to stall a replica: answers over `max_chars` are refused before
 parsing, the brace scan is one linear pass (prose full of braces costs O(n), not O(n²)),
-and values nested deeper than `max_depth` are refused before validation. A schema
-`pattern` that backtracks catastrophically is the task author's to avoid.
+and values nested deeper than `max_depth` are refused before validation. Two of jsonschema's
+checks are replaced where the answer alone could stall or break them: `uniqueItems` compares
+each pair of items when they are objects (minutes for 10,000 of them in a 130 kB answer:
+a `verifier_timeout` the answer would buy), here one pass over canonical forms; and
+`multipleOf` with a fractional step raises on an integer too large for a float, on `1e400`
+(infinity) and on NaN (a failed verify, masked), here decided exactly. A schema `pattern` that backtracks
+catastrophically is the task author's to avoid.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
 import jsonschema
-from jsonschema.exceptions import best_match
+from jsonschema.exceptions import ValidationError, best_match
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 from referencing.exceptions import Unresolvable
@@ -299,7 +305,52 @@ def _compile(schema_json: str, strict: bool, check_formats: bool) -> Validator:
         cls.check_schema(schema)
     except jsonschema.SchemaError as e:
         raise InvalidSchemaError(f"invalid JSON schema at {e.json_path}: {_clip(e.message)}") from e
+    cls = _hardened(cls)
     return cls(schema, format_checker=cls.FORMAT_CHECKER if check_formats else None)
+
+
+@lru_cache(maxsize=16)
+def _hardened(cls: type[Validator]) -> type[Validator]:
+    """`cls` with the `uniqueItems` and `multipleOf` an answer cannot stall or break (see the module docstring)."""
+    multiple_of = cls.VALIDATORS.get("multipleOf")
+
+    def unique_items(validator: Validator, unique: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+        if unique and validator.is_type(instance, "array"):
+            seen: set[Any] = set()
+            for item in instance:
+                key = _canonical(item)
+                if key in seen:
+                    yield ValidationError(f"{instance!r} has non-unique elements")
+                    return
+                seen.add(key)
+
+    def exact_multiple_of(validator: Validator, step: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+        try:
+            yield from multiple_of(validator, step, instance, schema)
+        except (OverflowError, ValueError):  # an integer no float holds (decided exactly), infinity or NaN
+            try:
+                exact = (Fraction(instance) / Fraction(step)).denominator == 1
+            except (OverflowError, ValueError):  # infinity (`1e400` parses to it) or NaN: a multiple of nothing
+                exact = False
+            if not exact:
+                yield ValidationError(f"{instance!r} is not a multiple of {step}")
+
+    replaced = {"uniqueItems": unique_items} | ({"multipleOf": exact_multiple_of} if multiple_of else {})
+    return jsonschema.validators.extend(cls, validators=replaced)
+
+
+def _canonical(value: Any) -> Any:
+    """A hashable form equal exactly where jsonschema's `equal` says the values are: numbers by value (`1` is
+    `1.0`), booleans apart from numbers, object keys in any order. Depth is bounded before validation."""
+    if isinstance(value, dict):
+        return ("object", frozenset((key, _canonical(item)) for key, item in value.items()))
+    if isinstance(value, list | tuple):
+        return ("array", tuple(_canonical(item) for item in value))
+    if isinstance(value, bool):
+        return ("boolean", value)
+    if isinstance(value, int | float):
+        return ("number", value)
+    return (type(value).__name__, value)
 
 
 def _loads(text: str) -> Any:

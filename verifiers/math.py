@@ -8,17 +8,24 @@
   parse scores 0, as there.
 - `extracted_answer` is NeMo Gym's: the first extracted prediction that verifies, else the first.
 
-Rewards must not depend on how busy the machine is. math-verify bounds its own parse and
-compare with 5 s alarms that turn into a silent 0; here those are off, and the whole check
-runs in a worker process under one deadline (`timeout_s`, 10 s by default as NeMo Gym's
-`library_verifier_timeout_seconds`). A check that overruns it is *not* scored: the result says
-`timed_out` (the environment turns that into a `verifier_timeout` failure), and the worker is
-killed and replaced, so an adversarial expression cannot stall the replica. The same happens
-when the caller gives up first (its own deadline cancels the check): the abandoned check never
-holds up the next one. The worker's start-up (a fork server, math-verify's import and its
-parser's first load, seconds on a busy machine) is never part of a check's time:
-`start_worker()` does it before any check (the environment calls it when it is built), and a
-replacement is started as soon as a worker is killed.
+Rewards must not depend on how busy the machine is, and a policy must not be able to turn its 0
+into no score. math-verify bounds its own parse and compare with 5 s alarms that turn into a
+silent 0; here those are off, and the check runs in a worker process under a deadline
+(`timeout_s`, 10 s by default as NeMo Gym's `library_verifier_timeout_seconds`, of which the
+answer's check gets `ANSWER_SHARE`). When the answer's check overruns it, the worker is killed
+and replaced (an adversarial expression, `\\boxed{9^{9^{9^{9}}}}`, cannot stall the replica),
+and the same check on pristine input, the reference against itself, gets the rest of the
+deadline. If that one finishes, the answer is what could not be checked: reward 0 (`overran`),
+as every overrun is in NeMo Gym. If it does not, the machine is too slow to check anything: the
+result says `timed_out` and is *not* scored (the environment turns that into a
+`verifier_timeout` failure). A right answer whose check needs more than its share of the deadline
+scores 0; raise `timeout_s` for data whose answers are that slow to compare.
+
+When the caller gives up first (its own deadline cancels the check), the worker is killed too:
+the abandoned check never holds up the next one. The worker's start-up (a fork server,
+math-verify's import and its parser's first load, seconds on a busy machine) is never part of a
+check's time: `start_worker()` does it before any check (the environment calls it when it is
+built), and a replacement is started as soon as a worker is killed.
 """
 
 from __future__ import annotations
@@ -29,10 +36,21 @@ import weakref
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_TIMEOUT_S", "MathResult", "extract_answer", "is_equivalent", "start_worker", "verify_math"]
+__all__ = [
+    "ANSWER_SHARE",
+    "DEFAULT_TIMEOUT_S",
+    "MathResult",
+    "extract_answer",
+    "is_equivalent",
+    "start_worker",
+    "verify_math",
+]
 
 DEFAULT_TIMEOUT_S = 10.0
 """NeMo Gym's `library_verifier_timeout_seconds` default."""
+ANSWER_SHARE = 0.9
+"""The part of `timeout_s` the answer's check gets; the reference's own check, run only when the answer's
+overran, gets the rest (it is one expression against itself: milliseconds on a machine that is not stalled)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +60,9 @@ class MathResult:
     reward: float
     extracted_answer: str | None
     timed_out: bool = False
+    """Not even the reference's own check finished in time: the machine, not the answer, is at fault (unscored)."""
+    overran: bool = False
+    """The answer's check overran while the reference's own finished: the answer could not be checked (reward 0)."""
 
 
 def extract_answer(text: str) -> str | None:
@@ -145,18 +166,26 @@ async def verify_math(text: str, expected: str, *, timeout_s: float = DEFAULT_TI
     boxed = extract_answer(text)
     if boxed is None or not boxed.strip():
         return MathResult(0.0, None)
-    loop = asyncio.get_running_loop()
     async with _turn():
-        # a warm worker first (instant, unless a replacement is still starting): the deadline times the check alone
-        await loop.run_in_executor(_workers.pool(), _ready)
-        try:
-            same, extracted = await asyncio.wait_for(
-                loop.run_in_executor(_workers.pool(), is_equivalent, expected, text), timeout_s
-            )
-        except TimeoutError:
-            _workers.reset()
-            return MathResult(0.0, boxed, timed_out=True)
-        except asyncio.CancelledError:  # the caller's deadline came first: the check it abandons must not run on
-            _workers.reset()
-            raise
+        checked = await _check(expected, text, timeout_s * ANSWER_SHARE)
+        if checked is None:  # the answer's check overran: is it the answer, or the machine?
+            pristine = "\\boxed{" + _strip_delimiters(expected) + "}"
+            control = await _check(expected, pristine, timeout_s * (1 - ANSWER_SHARE))
+            return MathResult(0.0, boxed, timed_out=control is None, overran=control is not None)
+    same, extracted = checked
     return MathResult(1.0 if same else 0.0, extracted)
+
+
+async def _check(expected: str, text: str, timeout_s: float) -> tuple[bool, str | None] | None:
+    """`is_equivalent` in the worker within `timeout_s`, or None when it overran (the worker is then replaced)."""
+    loop = asyncio.get_running_loop()
+    # a warm worker first (instant, unless a replacement is still starting): the deadline times the check alone
+    await loop.run_in_executor(_workers.pool(), _ready)
+    try:
+        return await asyncio.wait_for(loop.run_in_executor(_workers.pool(), is_equivalent, expected, text), timeout_s)
+    except TimeoutError:
+        _workers.reset()
+        return None
+    except asyncio.CancelledError:  # the caller's deadline came first: the check it abandons must not run on
+        _workers.reset()
+        raise

@@ -20,8 +20,8 @@ the answer stripped; an empty one chooses nothing. In order:
      exactly one option's text (`Answer: B because ...` chooses nothing).
    - `lenient_answer_colon_md` (NeMo Gym allows it only as a server-wide setting): the
      last markdown-tolerant `Answer:` payload (or one after the row's
-     `template_metadata.answer_prefix`) naming exactly one letter; lists (`A or B`) choose
-     nothing; with an `answer_prefix`, a strict box is the fallback.
+     `template_metadata.answer_prefix`) naming exactly one letter, of the last 64 (`_MAX_PAYLOADS`);
+     lists (`A or B`) choose nothing; with an `answer_prefix`, a strict box is the fallback.
 
 The reward is 1.0 only when the chosen letter is `expected_answer` (stripped, upper-cased).
 """
@@ -55,6 +55,11 @@ _LONE_LETTER = re.compile(r"(?<![A-Za-z])([A-Za-z])(?![A-Za-z])")
 _LIST_SEPARATOR = re.compile(r"(?:\s*[/|&,;]\s*|\s+(?:or|and)\s+|\s+)", re.I)
 _LEADING_LETTER = re.compile(r"^([a-zA-Z])(?![a-zA-Z0-9])")
 _LAST_CAPITAL = re.compile(r"\b[A-Z]\b(?!.*\b[A-Z]\b)", re.S)
+_MAX_PAYLOADS = 64
+"""`lenient_answer_colon_md` reads the last this many payloads. A row's `answer_prefix` payload runs to the end of
+its line, so a line that repeats the prefix N times holds N overlapping payloads, and reading every one is
+quadratic (35 s for a 100 kB line; NeMo Gym's server reads them all): an answer with more places than this that
+names its letter only before the last ones chooses nothing."""
 _LOOKALIKES = str.maketrans({"أ": " A", "ب": " B", "ج": " C", "د": " D", "অ": " A", "ব": " B", "ড": " C", "ঢ": " D"})
 
 
@@ -177,12 +182,15 @@ def _answer_colon(text: str, texts: dict[str, str]) -> str | None:
 
 def _answer_payload_letter(text: str, texts: dict[str, str], prefix: str | None) -> str | None:
     text = unicodedata.normalize("NFKC", text)
-    found = [(m.start(), m.group(1)) for m in _ANSWER_PAYLOAD.finditer(text)]
+    found = [(m.start(), m.start(1), m.end(1)) for m in _ANSWER_PAYLOAD.finditer(text)]  # (where, payload span)
     if prefix:
         for m in re.finditer(re.escape(unicodedata.normalize("NFKC", prefix)) + r"\s*", text, re.IGNORECASE):
             end = text.find("\n", m.end())
-            found.append((m.start(), text[m.end() : end if end >= 0 else len(text)]))
-    for _, payload in sorted(found, reverse=True):  # the last payload that names one letter decides
+            found.append((m.start(), m.end(), end if end >= 0 else len(text)))
+    # the last payload that names one letter decides, of the last `_MAX_PAYLOADS` places (ties on a place kept)
+    places = sorted({where for where, _, _ in found}, reverse=True)[:_MAX_PAYLOADS]
+    last = [(where, text[a:b]) for where, a, b in found if places and where >= places[-1]]
+    for _, payload in sorted(last, reverse=True):
         if (letter := _payload_letter(payload, texts)) is not None:
             return letter
     return None

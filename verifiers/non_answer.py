@@ -77,7 +77,9 @@ def is_content_free(value: Any) -> bool:
 
 
 def _content_free_json(text: str) -> bool:
-    body = re.sub(r"^```[a-zA-Z]*\s*|\s*```$", "", text.strip())
+    body = re.sub(r"^```[a-zA-Z]*\s*", "", text.strip())  # the closing fence without `\s*```$`: quadratic on blanks
+    if body.endswith("```"):
+        body = body[:-3].rstrip()
     if not body.startswith(("{", "[")):
         return False
     try:

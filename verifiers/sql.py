@@ -6,6 +6,13 @@ a progress handler that aborts a query after `timeout_s`. The work runs in a
 worker thread (`asyncio.to_thread`), so the event loop keeps serving;
 `sqlite3` releases the GIL while a query runs.
 
+The model's query is the model's: whatever it does is a 0 with `error` saying why, never
+a verifier that failed. So besides time, its memory is bounded: no string or blob it makes or
+reads may pass `MAX_VALUE_BYTES` (SQLite's length limit: `zeroblob(1e9)` is an error, not a
+gigabyte), and its result set may hold at most `MAX_ROWS` rows and `MAX_RESULT_BYTES` of text
+and blobs, counted as the rows are fetched (a thousand rows of `randomblob` no longer fill the
+replica's memory before the deadline is looked at).
+
 Result sets are compared as multisets of rows (order-insensitive) unless the
 task says `ordered`; floats are rounded so `0.1 + 0.2` equals `0.3`. Column
 names are ignored: `SELECT name AS n` and `SELECT name` return the same data.
@@ -24,6 +31,11 @@ from typing import Any
 __all__ = ["SqlResult", "compare_queries", "run_query"]
 
 MAX_ROWS = 100_000
+MAX_VALUE_BYTES = 1_000_000
+"""The longest string or blob a query may make or read (`SQLITE_LIMIT_LENGTH`); a row holds at most one per column."""
+MAX_RESULT_BYTES = 64_000_000
+"""The most text and blob bytes a result set may hold."""
+_FETCH = 64
 
 
 class _Timeout(Exception):
@@ -40,23 +52,38 @@ class SqlResult:
     reference_rows: int | None = None
 
 
-def run_query(db_path: str | Path, query: str, *, timeout_s: float = 5.0, max_rows: int = MAX_ROWS) -> list[tuple]:
+def run_query(
+    db_path: str | Path,
+    query: str,
+    *,
+    timeout_s: float = 5.0,
+    max_rows: int = MAX_ROWS,
+    max_bytes: int = MAX_RESULT_BYTES,
+) -> list[tuple]:
     """Run one read-only query; raises `sqlite3.Error` (or `TimeoutError`) on failure."""
     uri = f"{Path(db_path).resolve().as_uri()}?mode=ro"
     conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
     deadline = time.monotonic() + timeout_s
     try:
         conn.set_authorizer(_authorize)
-        conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+        # every 1,000 steps: one step may make a value of up to MAX_VALUE_BYTES, so 10,000 could take seconds
+        conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 1_000)
+        rows: list[tuple] = []
+        size = 0
         try:
             cursor = conn.execute(query)
-            rows = cursor.fetchmany(max_rows + 1)
+            while batch := cursor.fetchmany(_FETCH):
+                rows += batch
+                size += sum(len(v) for row in batch for v in row if isinstance(v, str | bytes))
+                if len(rows) > max_rows:
+                    raise sqlite3.DataError(f"query returned more than {max_rows} rows")
+                if size > max_bytes:
+                    raise sqlite3.DataError(f"query returned more than {max_bytes} bytes of text and blobs")
         except sqlite3.OperationalError as e:
             if "interrupted" in str(e):
                 raise TimeoutError(f"query ran longer than {timeout_s}s") from e
             raise
-        if len(rows) > max_rows:
-            raise sqlite3.DataError(f"query returned more than {max_rows} rows")
         return rows
     finally:
         conn.close()

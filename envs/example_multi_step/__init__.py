@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 
 from gym_serve import Environment, Response, Task, Verdict, tool
+from gym_serve.wire.jsonl import INTEGERS
 
 
 def synonym_value(synonym: str) -> int:
@@ -57,7 +58,8 @@ class SynonymExtraction(Environment[SynonymTask, None]):
         return Verdict(
             reward=1.0 if accuracy else 0.0,
             fields={
-                "parsed_synonym_values": parsed,
+                # an integer past 64 bits as text: the rollout file's writer takes no other (the row would be lost)
+                "parsed_synonym_values": [v if INTEGERS[0] <= v <= INTEGERS[1] else str(v) for v in parsed],
                 "accuracy": accuracy,
                 "set_overlap": overlap,
                 "original_term_minefield_hit": task.minefield_label_value in parsed,
@@ -67,11 +69,17 @@ class SynonymExtraction(Environment[SynonymTask, None]):
 
 
 def _extracted(response: Response) -> list[int]:
+    """The integers of the last `extract_synonym_values` call; none when its arguments cannot be read.
+
+    The arguments are the model's text: whatever they hold (not JSON, a number past Python's 4300 digits,
+    nesting past the parser's stack, `synonym_values` that is no list) is a wrong answer, never a failed rollout.
+    """
     for call in reversed(response.function_calls()):
         if call.name == "extract_synonym_values":
             try:
-                values = json.loads(call.arguments).get("synonym_values", [])
-            except (json.JSONDecodeError, AttributeError):
+                arguments = json.loads(call.arguments)
+            except (ValueError, RecursionError):
                 return []
-            return [v for v in values if isinstance(v, int)]
+            values = arguments.get("synonym_values") if isinstance(arguments, dict) else None
+            return [v for v in values if isinstance(v, int)] if isinstance(values, list) else []
     return []

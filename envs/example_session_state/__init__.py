@@ -12,6 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from gym_serve import Environment, Response, Task, tool
+from gym_serve.wire.jsonl import INTEGERS
 
 
 class CounterTask(Task):
@@ -34,7 +35,10 @@ class SessionCounter(Environment[CounterTask, Counter]):
         Args:
             count: How much to add.
         """
-        state.count += count
+        total = state.count + count
+        if not INTEGERS[0] <= total <= INTEGERS[1]:  # the state is journaled each turn, by a writer of 64-bit integers
+            raise ValueError(f"the counter holds 64-bit integers; {state.count} + {count} is past them")
+        state.count = total
         return {"success": True}
 
     @tool

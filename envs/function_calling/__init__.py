@@ -25,6 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from gym_serve import Environment, Response, Task, Verdict
 from gym_serve.verifiers.non_answer import is_non_answer
 from gym_serve.verifiers.tool_calls import compare_calls
+from gym_serve.wire.jsonl import unwritable
+
+_MAX_DEPTH = 64
+"""Parsed arguments nested deeper are reported as sent (the writer stops at about 250 levels of the whole row)."""
 
 
 class FunctionCallTask(Task):
@@ -77,10 +81,16 @@ class FunctionCalling(Environment[FunctionCallTask, None]):
 
 
 def _plain(call: dict[str, Any]) -> dict[str, Any]:
-    """A call as NeMo Gym's `predicted_calls` holds it: name and parsed arguments (the raw text if unparseable)."""
-    arguments = call.get("arguments", "")
+    """A call as NeMo Gym's `predicted_calls` holds it: name and parsed arguments (the raw text if unparseable).
+
+    Also the raw text when the parsed arguments are JSON the rollout file's writer cannot write (an integer past
+    64 bits, nesting past its depth): the model wrote them, and a row that cannot be written is lost, not scored.
+    """
+    sent = call.get("arguments", "")
     try:
-        arguments = json.loads(arguments) if isinstance(arguments, str) and arguments.strip() else arguments or {}
+        arguments = json.loads(sent) if isinstance(sent, str) and sent.strip() else sent or {}
     except (ValueError, RecursionError):
-        pass  # kept as sent; `call_checks` says why it could not be read
+        arguments = sent  # kept as sent; `call_checks` says why it could not be read
+    if unwritable(arguments, max_depth=_MAX_DEPTH) is not None:
+        arguments = sent
     return {"name": call.get("name", ""), "arguments": arguments}

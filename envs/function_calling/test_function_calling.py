@@ -12,7 +12,7 @@ import pytest
 from gym_serve import RolloutError, run_local
 from gym_serve.analysis.reverify import reverify
 from gym_serve.testing.fixtures import replay_examples, unique
-from gym_serve.wire.jsonl import read_jsonl
+from gym_serve.wire.jsonl import dumps, read_jsonl
 
 from . import FunctionCalling
 
@@ -93,6 +93,14 @@ async def test_unreadable_calls_are_wrong_and_reported_as_sent() -> None:
     rollout = await run_local(row([{"name": "book", "arguments": {}}]), ENV(), Calls(("book", '{"guests": ')))
     assert rollout["reward"] == 0.0 and rollout["predicted_calls"][0]["arguments"] == '{"guests": '
     assert "not valid JSON" in rollout["call_checks"][0]["problems"][0]
+
+
+@pytest.mark.parametrize("arguments", ['{"guests": ' + "9" * 30 + "}", '{"guests": ' + "[" * 300 + "]" * 300 + "}"])
+async def test_arguments_the_writer_cannot_write_are_reported_as_sent(arguments: str) -> None:
+    """Parsed, these would make the rollout row one the rollout file's writer (orjson) refuses, and lose it."""
+    rollout = await run_local(row([{"name": "book", "arguments": {"guests": 2}}]), ENV(), Calls(("book", arguments)))
+    assert rollout["reward"] == 0.0 and rollout["predicted_calls"][0]["arguments"] == arguments
+    assert dumps(rollout)
 
 
 async def test_a_malformed_expected_call_fails_the_rollout() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -123,3 +124,15 @@ async def test_a_row_that_asks_for_the_prompt_repeated_checks_the_copy_and_needs
         got = await runner.verify(row, answer(text), None)
         assert got["reward"] == 0.0, text
     assert (await runner.verify(row, answer(POEM), None))["non_answer"] is True
+
+
+async def test_a_run_of_blank_lines_is_checked_in_linear_time() -> None:
+    """IFEval's bullet-list regexes backtrack quadratically on blank lines: minutes of a stalled replica, and a
+    `verifier_timeout` (masked) the policy's own text caused. Checked in linear time, it is the 0 it earns."""
+    row = nemo_row(instruction_id_list=["detectable_format:number_bullet_lists"], kwargs=[{"num_bullets": 2}])
+    runner = EnvRunner(InstructionFollowing())
+    started = time.monotonic()
+    blank = await runner.verify(row, answer("Hi\n" + "\n" * 100_000 + "* one"), None)
+    listed = await runner.verify(row, answer("Hi\n" + "\n" * 100_000 + "* one\n\n\n- two"), None)
+    assert time.monotonic() - started < 5
+    assert (blank["reward"], listed["reward"]) == (0.0, 1.0)

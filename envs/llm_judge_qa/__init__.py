@@ -10,6 +10,14 @@ at a vLLM or OpenAI-backed application for real judging). Without
 Reward: 1.0 when the judge says EQUIVALENT, 0.0 when it says NOT_EQUIVALENT.
 A judge that fails or gives no verdict fails the rollout with failure class
 `judge_failed`: an outage of the judge must not read as a wrong answer.
+
+Except where the answer is why: an answer too long for the judge's context
+(a vLLM judge answers such a prompt `incomplete`, an OpenAI-compatible one with
+a 400) would buy the policy a masked row for any answer it pads. So an answer
+longer than `max_answer_bytes` is never sent: it scores 0, `rejected` says why.
+Set the bound so that it, the question, the reference and the judge's reply fit
+the judge's context (a token of a byte-level tokenizer is at least one byte);
+a judge that fails on an answer within it is the deployment's failure.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from gym_serve import Environment, Response, Task, Verdict, errors
 from gym_serve.verifiers.llm_judge import Judge, JudgeError, judge_equivalence
@@ -39,6 +47,8 @@ class JudgeConfig(BaseModel):
     cover gets no verdict and fails as `judge_failed`, never a silent score."""
     judge_model: str | None = None
     """The `model` field sent to the judge, if its deployment serves several."""
+    max_answer_bytes: int = Field(default=16_000, ge=1)
+    """The longest answer (UTF-8 bytes) sent to the judge; a longer one scores 0 unjudged (see the module doc)."""
 
 
 class _HandleJudge:
@@ -75,6 +85,10 @@ class LlmJudgeQa(Environment[QaTask, None]):
         answer = response.output_text()
         if is_non_answer(answer, task.question):  # nothing for a judge to weigh
             return Verdict(reward=0.0, fields={"judge_text": None, "non_answer": True})
+        size = len(answer.encode(errors="replace"))
+        if size > self.config.max_answer_bytes:  # the judge's context would not hold it: the answer's fault
+            rejected = f"the answer is {size} bytes; the judge is sent at most {self.config.max_answer_bytes}"
+            return Verdict(reward=0.0, fields={"judge_text": None, "rejected": f"{rejected} (`max_answer_bytes`)"})
         try:
             verdict = await judge_equivalence(
                 self.judge(),

@@ -64,6 +64,31 @@ async def test_judge_failures_raise_judge_error_not_a_zero() -> None:
     assert caught.value.kind == "judge_failed"
 
 
+async def test_an_answer_too_long_for_the_judge_scores_0_and_is_never_sent() -> None:
+    """A judge whose context the answer overflows gives no verdict (a vLLM judge answers `incomplete`, an
+    OpenAI-compatible one a 400): `judge_failed`, masked, for any answer the policy pads. So it is not asked."""
+    task = QaTask(question="Capital of Australia?", expected_answer="Canberra")
+    padded = Response.model_validate(
+        {
+            "output": [
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "Canberra" + " indeed" * 3000}],
+                }
+            ]
+        }
+    )
+    env = LlmJudgeQa()
+    env._judge_client = SaysText(None)  # raises if asked
+    verdict = await env.verify(task, padded)
+    assert verdict.reward == 0.0 and verdict.fields["judge_text"] is None
+    assert "is 21008 bytes; the judge is sent at most 16000" in verdict.fields["rejected"]
+    roomier = LlmJudgeQa({"max_answer_bytes": 32_000})
+    roomier._judge_client = SaysText("Same city. VERDICT: EQUIVALENT")
+    assert (await roomier.verify(task, padded)).reward == 1.0, "within the bound, the judge decides"
+
+
 async def test_a_judge_error_fails_the_rollout_with_its_class() -> None:
     row = next(row for _, row in read_jsonl(ENV.data_dir() / "example.jsonl"))
     env = LlmJudgeQa()

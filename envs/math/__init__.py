@@ -7,9 +7,14 @@ equivalence of the text with the reference (NeMo Gym's library path, no judge).
 `extracted_answer` is reported, and profiles use it for majority@k.
 
 A check that does not finish within `verify_timeout_s` (10 s, NeMo Gym's
-default; set it per deployment) fails the rollout as `verifier_timeout`
-(masked): a busy machine never turns a right answer into a 0. The check's
-worker process starts when the environment is built, not inside a deadline.
+default; set it per deployment) is the answer's or the machine's, and the
+verifier tells them apart by checking the reference against itself: when that
+finishes, the answer is what could not be checked and scores 0 (`rejected`
+says so), as a hang a policy can write (`\\boxed{9^{9^{9^{9}}}}`) must not buy
+it a masked row; when that overruns too, the rollout fails as
+`verifier_timeout` (masked), since a busy machine must not turn a right answer
+into a 0. The check's worker process starts when the environment is built, not
+inside a deadline.
 """
 
 from __future__ import annotations
@@ -42,6 +47,12 @@ class Math(Environment[MathTask, None]):
         if result.timed_out:
             raise VerifierTimeoutError(
                 f"math-verify did not decide `{result.extracted_answer}` against `{task.expected_answer}` "
-                f"within {self.verify_timeout_s:g} s (`verify_timeout_s`)"
+                f"within {self.verify_timeout_s:g} s (`verify_timeout_s`), nor the reference against itself"
             )
-        return Verdict(reward=result.reward, fields={"extracted_answer": result.extracted_answer})
+        fields: dict[str, Any] = {"extracted_answer": result.extracted_answer}
+        if result.overran:
+            fields["rejected"] = (
+                f"math-verify could not check the answer within its share of {self.verify_timeout_s:g} s "
+                "(`verify_timeout_s`); the reference against itself took less"
+            )
+        return Verdict(reward=result.reward, fields=fields)

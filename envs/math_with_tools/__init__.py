@@ -8,12 +8,21 @@ it several times before answering.
 Reward: 1.0 when the number in the final answer's last `\\boxed{}` equals `expected_answer` (fractions allowed,
 relative tolerance 1e-6), else 0.0. `extracted_answer` and `tool_calls` are
 added to the rollout row.
+
+A run may take `LIMITS.wall_s` (10 s), and a turn may hold any number of calls, which run
+one after another: thirty `while True: pass` in one turn would outlast the agent's deadline
+for the turn's tool calls (300 s by default) and fail the rollout as `transport_timeout`,
+a masked row the policy's own calls bought. So a rollout's runs share `PYTHON_BUDGET_S` of
+wall time; a call past it is not run, and its output says so.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from fractions import Fraction
+
+from pydantic import BaseModel
 
 from gym_serve import Environment, Response, Task, Verdict, tool
 from gym_serve.verifiers.code import SandboxLimits, run_python
@@ -22,8 +31,17 @@ _NUMBER = r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?"
 LIMITS = SandboxLimits(cpu_s=5, wall_s=10.0, memory_mb=512, output_bytes=16_000)
 
 
+PYTHON_BUDGET_S = 120.0
+"""Wall time of all of a rollout's python runs (well within the agent's 300 s for one turn's tool calls)."""
+
+
 class MathTask(Task):
     expected_answer: str
+
+
+class Spent(BaseModel):
+    python_s: float = 0.0
+    """Wall time the rollout's python runs took so far."""
 
 
 def extract_number(text: str) -> str | None:
@@ -41,15 +59,24 @@ def same_number(a: str, b: str) -> bool:
     return x == y or abs(x - y) <= abs(y) * Fraction(1, 10**6)
 
 
-class MathWithTools(Environment[MathTask, None]):
+class MathWithTools(Environment[MathTask, Spent]):
+    async def reset(self, task: MathTask) -> Spent:
+        return Spent()
+
     @tool
-    async def python(self, code: str) -> str:
+    async def python(self, state: Spent, code: str) -> str:
         """Run Python code in a sandbox and return what it prints (stdout, then any error).
 
         Args:
             code: A complete Python program; print the values you need.
         """
-        run = await run_python(code, limits=LIMITS)
+        if state.python_s >= PYTHON_BUDGET_S:
+            return f"Error: not run: this conversation's python runs have used their {PYTHON_BUDGET_S:g} s."
+        started = time.monotonic()
+        try:
+            run = await run_python(code, limits=LIMITS)
+        finally:
+            state.python_s += time.monotonic() - started
         out = run.stdout
         if run.timed_out:
             out += "\n[timed out]"

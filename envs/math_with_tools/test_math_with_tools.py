@@ -5,7 +5,7 @@ from __future__ import annotations
 from gym_serve import EnvRunner, ReplayModel, run_local
 from gym_serve.wire.jsonl import read_jsonl
 
-from . import MathWithTools, extract_number, same_number
+from . import PYTHON_BUDGET_S, MathWithTools, Spent, extract_number, same_number
 
 ENV, CONFIG = MathWithTools, None
 
@@ -29,7 +29,7 @@ async def test_the_python_tool_runs_sandboxed() -> None:
         },
         {"type": "function_call", "name": "python", "arguments": '{"code": "1/0"}', "call_id": "c"},
     ]
-    outputs, _ = await runner.call_tools(calls, None)
+    outputs, _ = await runner.call_tools(calls, Spent().model_dump())
     assert outputs[0]["output"].strip() == "42"
     assert "operation not permitted" in outputs[1]["output"].lower()  # seccomp refuses `socket()`
     assert "ZeroDivisionError" in outputs[2]["output"]
@@ -39,3 +39,14 @@ async def test_episodes_are_multi_step() -> None:
     row = next(row for _, row in read_jsonl(ENV.data_dir() / "example.jsonl"))
     rollout = await run_local(row, MathWithTools(), ReplayModel.for_environment(ENV))
     assert rollout["reward"] == 1.0 and rollout["tool_calls"] == 2
+
+
+async def test_a_rollouts_runs_share_a_budget_so_a_turn_cannot_outlast_the_agents_deadline() -> None:
+    """Thirty 10 s runs in one turn would outlast the agent's deadline for the turn's tool calls: a masked
+    `transport_timeout` the policy's own calls bought. Past the budget, a call is answered, not run."""
+    runner = EnvRunner(MathWithTools())
+    call = {"type": "function_call", "name": "python", "arguments": '{"code": "print(1)"}', "call_id": "a"}
+    nearly = Spent(python_s=PYTHON_BUDGET_S - 1e-3).model_dump()
+    outputs, state = await runner.call_tools([call, {**call, "call_id": "b"}], nearly)
+    assert outputs[0]["output"].strip() == "1" and state["python_s"] > PYTHON_BUDGET_S
+    assert outputs[1]["output"] == "Error: not run: this conversation's python runs have used their 120 s."

@@ -11,6 +11,12 @@ their carried entry only when the environment is configured `trust_row_entry: tr
 
 The answer is the last `<answer>...</answer>` in the final message (reasoning-gym's
 prompts ask for it), else the last `\\boxed{}`; see `generation.extract_answer`.
+
+Scorers run Python on the answer (`countdown`'s calls sympy's `parse_expr`), so an answer
+can keep one busy for ever: scoring runs in a worker process under `SCORE_TIMEOUT_S`, and
+an answer whose scoring overruns it scores 0 (`rejected` says so) when the entry's own
+answer is scored in time; when that overruns too, the machine is at fault and the rollout
+fails as `verifier_timeout` (masked). See `scoring`.
 """
 
 from __future__ import annotations
@@ -18,12 +24,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import reasoning_gym
 from pydantic import BaseModel, ConfigDict
 
 from gym_serve import Environment, Response, Task, Verdict
+from gym_serve.errors import VerifierTimeoutError
 
-from .generation import RG_VERSION, extract_answer, generate_entry, load_dataset, to_json
+from .generation import RG_VERSION, extract_answer, generate_entry, to_json
+from .scoring import score_answer
+
+SCORE_TIMEOUT_S = 10.0
+"""The deadline of scoring one answer (at most half of `verify_timeout_s`); scorers take milliseconds."""
 
 
 class ReasoningGymTask(Task):
@@ -52,22 +62,24 @@ class ReasoningGym(Environment[ReasoningGymTask, None]):
 
     async def verify(self, task: ReasoningGymTask, response: Response) -> Verdict:
         answer = extract_answer(response.output_text())
-        name, score, error = await asyncio.to_thread(self._score, task, answer)  # generation can be CPU work
+        name, entry = await asyncio.to_thread(self._entry, task)  # generation can be CPU work
+        config = (task.dataset_config or {}) if task.dataset is not None else None
+        deadline = min(SCORE_TIMEOUT_S, self.verify_timeout_s / 2)  # the rest: generation, a worker's restart
+        scored = await score_answer(name, config, answer, entry, timeout_s=deadline)
+        if scored.timed_out:
+            raise VerifierTimeoutError(
+                f"reasoning-gym's `{name}` scorer did not score the answer within {deadline:g} s, "
+                "nor the entry's own answer after it"
+            )
         fields: dict[str, Any] = {"extracted_answer": answer, "task_name": name}
-        if error:
-            fields["score_error"] = error
-        return Verdict(reward=score, fields=fields)
-
-    def _score(self, task: ReasoningGymTask, answer: str | None) -> tuple[str, float, str | None]:
-        name, entry = self._entry(task)
-        if task.dataset is not None:  # the dataset that made the entry, with its config
-            scorer = load_dataset(name, task.dataset_config or {}).score_answer
-        else:  # as NeMo Gym does: the dataset's scorer at its default config
-            scorer = reasoning_gym.get_score_answer_fn(name)
-        try:  # the model's answer may break a scorer's parsing: that answer scores 0, the rollout stands
-            return name, float(scorer(answer=answer, entry=entry)), None
-        except Exception as e:
-            return name, 0.0, f"{type(e).__name__}: {e}"
+        if scored.error:
+            fields["score_error"] = scored.error
+        if scored.overran:
+            fields["rejected"] = (
+                f"reasoning-gym's `{name}` scorer could not score the answer within its share of {deadline:g} s; "
+                "the entry's own answer took less"
+            )
+        return Verdict(reward=scored.score, fields=fields)
 
     def _entry(self, task: ReasoningGymTask) -> tuple[str, dict[str, Any]]:
         if task.dataset is None:

@@ -172,3 +172,14 @@ def test_make_rows_command_writes_rows_without_the_network(tmp_path: Path) -> No
         timeout=120,
     )
     assert bad.returncode == 2 and "unknown reasoning-gym dataset `nope`" in bad.stderr
+
+
+async def test_an_answer_that_keeps_the_scorer_busy_scores_0_not_a_masked_row() -> None:
+    """`countdown` hands the answer to sympy, where `9**9**9**9` computes for ever (in a thread it would also hold
+    the GIL, stalling the replica): the policy wrote it, so it scores 0, never `verifier_timeout`."""
+    runner = EnvRunner(ReasoningGym(verify_timeout_s=4.0))  # 2 s to score an answer
+    row = next(make_rows("countdown", size=1, seed=3))
+    verdict = await runner.verify(row, answer("<answer>9**9**9**9</answer>"), None)  # a verdict: not past the deadline
+    assert verdict["reward"] == 0.0 and "could not score the answer" in verdict["rejected"]
+    right = await runner.verify(row, answer(f"<answer>{row['answer']}</answer>"), None)
+    assert right["reward"] == 1.0 and "rejected" not in right, "a new worker scores the next answer"

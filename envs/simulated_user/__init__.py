@@ -44,7 +44,10 @@ class Conversation(BaseModel):
 
 
 def resolution_of(text: str) -> str | None:
-    found = re.findall(r"^\s*RESOLUTION:\s*(.+)$", text, re.M | re.I)
+    """The last `RESOLUTION:` line's text. Indentation is read within the line (`[^\\S\\n]*`): a `\\s*` there
+    crosses newlines, which is quadratic on a message of blank lines (minutes for 100,000 of them, with the
+    replica's event loop stalled and every rollout on it timing out)."""
+    found = re.findall(r"^[^\S\n]*RESOLUTION:\s*(.+)$", text, re.M | re.I)
     return found[-1].strip() if found else None
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from gym_serve import ReplayModel, run_local
+import time
+
+import pytest
+
+from gym_serve import EnvRunner, ReplayModel, run_local
 from gym_serve.wire.jsonl import read_jsonl
 
 from . import Conversation, Persona, SimulatedUser, SupportTask
@@ -25,3 +29,16 @@ async def test_the_conversation_runs_until_the_resolution() -> None:
     assert [round(r, 2) for r in rollout["step_rewards"]] == [0.1, 0.1, 0.0]
     roles = [item.get("role") for item in rollout["response"]["output"]]
     assert roles == ["assistant", "user", "assistant", "user", "assistant"]
+
+
+@pytest.mark.parametrize("text", ["\n" * 200_000, " \n" * 100_000, "\n" * 200_000 + "  RESOLUTION: refund A-1"])
+async def test_a_message_of_blank_lines_is_read_in_linear_time(text: str) -> None:
+    """Minutes of regex backtracking on the replica's event loop would time out every rollout on it (masked
+    failures the policy's message caused); the turn is read at once, and a resolution after it still counts."""
+    runner = EnvRunner(SimulatedUser())
+    row = {"responses_create_params": {"input": "help"}, **TASK.model_dump()}
+    said = {"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]}
+    started = time.monotonic()
+    turn, state = await runner.user_turn(row, said, Conversation().model_dump())
+    assert time.monotonic() - started < 2
+    assert (await runner.verify(row, said, state))["reward"] == (1.0 if "RESOLUTION" in text else 0.0)

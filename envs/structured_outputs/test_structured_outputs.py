@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,29 @@ async def test_formats_are_checked_only_when_configured_as_nemo_gym_does_not() -
     assert (await run_local(row(schema_str=schema), ENV(), answer))["reward"] == 1.0
     checked = await run_local(row(schema_str=schema), ENV({"check_formats": True}), answer)
     assert (checked["reward"], checked["error_path"]) == (0.0, "$.email")
+
+
+async def test_answers_that_stalled_or_broke_jsonschema_are_scored() -> None:
+    """jsonschema's `uniqueItems` compares every pair of objects (142 s for these 10,000, past the deadline: a
+    `verifier_timeout`), and its `multipleOf` raises `OverflowError` on an integer no float holds (a failed
+    verify): masked rows the answer alone bought. Each is decided, at once, as the 1 or 0 it earns."""
+    unique = {
+        "type": "array",
+        "uniqueItems": True,
+        "items": {"type": "object", "properties": {"id": {"type": "integer"}}},
+    }
+    many = [{"id": i} for i in range(10_000)]
+    started = time.monotonic()
+    distinct = await run_local(row(schema_str=json.dumps(unique)), ENV(), Says(json.dumps(many)))
+    repeated = await run_local(row(schema_str=json.dumps(unique)), ENV(), Says(json.dumps([*many, {"id": 7}])))
+    assert time.monotonic() - started < 10
+    assert (distinct["reward"], repeated["reward"], repeated["error_type"]) == (1.0, 0.0, "validation_error")
+    steps = json.dumps({"type": "object", "properties": {"n": {"type": "number", "multipleOf": 2.5}}})
+    huge = await run_local(row(schema_str=steps), ENV(), Says('{"n": 1' + "0" * 400 + "}"))
+    assert (huge["reward"], huge["error_type"]) == (1.0, None), "10**400 is a multiple of 2.5, decided exactly"
+    for number in ("1" + "0" * 399 + "1", "1e400"):  # not one; and a number that parses to infinity
+        wrong = await run_local(row(schema_str=steps), ENV(), Says(f'{{"n": {number}}}'))
+        assert (wrong["reward"], wrong["error_type"]) == (0.0, "validation_error"), number
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,26 @@ async def test_a_runaway_query_times_out() -> None:
     assert result.reward == 0.0 and "TimeoutError" in result.error
 
 
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ("SELECT zeroblob(1000000000)", "string or blob too big"),  # a gigabyte in one value
+        ("SELECT length(replace(hex(zeroblob(400000)), '0', 'ab'))", "string or blob too big"),
+        (  # a hundred 1 MB rows at a time, for two million rows: gigabytes before the deadline was looked at
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n LIMIT 2000000) "
+            "SELECT randomblob(999999) FROM n",
+            "more than 64000000 bytes",
+        ),
+    ],
+)
+async def test_a_query_that_would_fill_the_memory_scores_0_not_a_masked_row(query: str, says: str) -> None:
+    """The model wrote the query: the verifier running out of memory (or time) on it is its 0, not a failure."""
+    from . import SqlTask
+
+    verdict = await ENV().verify(SqlTask(expected_sql="SELECT 1"), _answer(f"```sql\n{query}\n```"))
+    assert verdict.reward == 0.0 and says in verdict.fields["sql_error"]
+
+
 def test_the_query_is_the_last_sql_fence() -> None:
     assert extract_sql("first ```sql\nSELECT 1;\n``` then ```sql\nSELECT 2;\n```") == "SELECT 2"
     assert extract_sql("SELECT name FROM customers;") == "SELECT name FROM customers"

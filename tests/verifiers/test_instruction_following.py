@@ -270,6 +270,8 @@ def test_hostile_responses_are_checked_in_linear_time() -> None:
         "{" * 100_000,
         "*a" * 50_000,
         "P." * 50_000,
+        "\n" * 100_000,  # IFEval's bullet regexes' `^\s*`: minutes, times the eight loose variants
+        " \n" * 50_000,
     ]
     instructions = [make_instruction(i, k) for i, k, _, _ in CASES]
     started = time.monotonic()

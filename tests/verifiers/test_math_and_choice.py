@@ -49,13 +49,13 @@ async def test_verify_math(text: str, expected: str, reward: float) -> None:
     assert (await verify_math(text, expected)).reward == reward
 
 
-async def test_an_overrunning_check_times_out_unscored_and_the_next_call_works() -> None:
+async def test_an_overrunning_check_is_the_answers_0_unless_the_reference_overruns_too() -> None:
     started = time.monotonic()
     hostile = "\\boxed{" + "9" * 2000 + "^" + "9" * 2000 + "^" + "9" * 2000 + "}"
     slow = await verify_math(hostile, "1", timeout_s=1.0)
-    assert slow.timed_out, "a check that overran says so: the caller must not score it"
-    overrun = await verify_math("\\boxed{2}", "2", timeout_s=1e-6)  # no worker answers that fast
-    assert overrun.timed_out and overrun.extracted_answer == "2"
+    assert (slow.reward, slow.overran, slow.timed_out) == (0.0, True, False), "the reference's own check finished"
+    overrun = await verify_math("\\boxed{2}", "2", timeout_s=1e-6)  # no worker answers that fast, for either
+    assert overrun.timed_out and not overrun.overran and overrun.extracted_answer == "2", "unscored: not the answer's"
     assert (await verify_math("\\boxed{2}", "2")).reward == 1.0, "a fresh worker replaced the killed one"
     assert time.monotonic() - started < 30
 
