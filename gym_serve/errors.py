@@ -94,9 +94,10 @@ class FailureKind(StrEnum):
     a connection."""
     TRANSPORT_TIMEOUT = "transport_timeout"
     """A call to another tier or an endpoint did not answer within its timeout. The policy's output can be what is
-    slow (a turn of tool calls, a user turn reading its message): tools bound themselves well within the agent's
-    `tier_call_timeout_s` (`envs/math_with_tools`'s budget; a workspace's `bash`, 60 s a call in swe_fix, does not
-    yet), and what reads its text does so in linear time."""
+    slow (a turn of tool calls, a user turn reading its message): a turn's calls share the environment's
+    `tool_turn_budget_s` (240 s), within the agent's `tier_call_timeout_s` (300 s), past which a call is answered
+    unrun (and a slow tool, a workspace's `bash`, cuts its work at it), and what reads its text does so in linear
+    time."""
     AGENT_RUN_ERROR = "agent_run_error"
     """The episode broke on something no more specific kind names. Not the policy's in gym-serve's own loop, where
     nothing its output holds raises; a NeMo Gym agent's `/run` that failed may have broken on it (NeMo Gym's code)."""

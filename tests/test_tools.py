@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
 from typing import Literal
 
 import pytest
 from pydantic import BaseModel
 
 from gym_serve import Environment, EnvRunner, tool
-from gym_serve.environment.tools import ToolSpec
+from gym_serve.environment.tools import ToolSpec, turn_time_left
 
 
 class Box(BaseModel):
@@ -93,6 +96,36 @@ async def test_arguments_no_parser_can_read_are_the_models_to_see_not_a_failed_r
     calls = [{"call_id": "c", "name": "add_item", "arguments": "[" * 100_000}]
     outputs, state = await EnvRunner(Shop()).call_tools(calls, {"count": 0})
     assert outputs[0]["output"].startswith("Error: arguments for `add_item` cannot be read") and state == {"count": 0}
+
+
+class Slow(Environment):
+    tool_turn_budget_s = 0.5
+
+    @tool
+    async def wait(self, seconds: float) -> str:
+        """Wait, then say so (cut at the turn's budget, as a tool that runs something slow does).
+
+        Args:
+            seconds: How long.
+        """
+        left = turn_time_left()
+        await asyncio.sleep(seconds if left is None else min(seconds, left))
+        return "waited" if left is None or seconds <= left else "cut at the turn's budget"
+
+
+async def test_a_turn_of_slow_calls_ends_in_outputs_the_model_reads_not_a_failed_rollout() -> None:
+    """A turn's calls share `tool_turn_budget_s`: a slow tool cuts its work at its end, and the calls after it are
+    answered unrun, so a turn the policy made slow never outlives the Agent's deadline for it (a masked row)."""
+    times = (0.1, 60, 0.1)
+    calls = [
+        {"call_id": f"c{i}", "name": "wait", "arguments": json.dumps({"seconds": s})} for i, s in enumerate(times)
+    ]
+    started = time.monotonic()
+    outputs = (await EnvRunner(Slow()).call_tools(calls, None))[0]
+    assert [o["output"] for o in outputs[:2]] == ["waited", "cut at the turn's budget"]
+    assert outputs[2]["output"].startswith("Error: not run: this turn's tool calls used their 0.5 s")
+    assert time.monotonic() - started < 0.5 + 1.0
+    assert turn_time_left() is None  # outside a turn
 
 
 def test_good_arguments_are_coerced_and_defaulted() -> None:

@@ -217,6 +217,26 @@ async def test_what_the_agent_cannot_make_a_module_of_is_a_0_naming_why() -> Non
     await local_provider().close()
 
 
+class QuickTurns(SweFix):
+    tool_turn_budget_s = 3.0
+
+
+async def test_a_turn_of_commands_that_hang_is_cut_at_the_turn_s_budget_not_a_masked_timeout() -> None:
+    """Each `bash` may run 60 s; six in one turn would outlive the Agent's 300 s for the turn's calls, a masked
+    `transport_timeout` the policy could buy. The turn's budget cuts the command running at it and answers the rest."""
+    runner = EnvRunner(QuickTurns())
+    state = await runner.seed(tasks()[0])
+    calls = [{"call_id": f"s{i}", "name": "bash", "arguments": json.dumps({"command": "sleep 30"})} for i in range(6)]
+    started = asyncio.get_running_loop().time()
+    outputs, state = await runner.call_tools(calls, state)
+    assert asyncio.get_running_loop().time() - started < 10
+    assert "did not finish within" in outputs[0]["output"], outputs[0]
+    assert all("not run" in output["output"] for output in outputs[1:]), outputs
+    env = runner.env
+    assert isinstance(env, SweFix)
+    await env.sandboxes.destroy(state["sandbox"])
+
+
 @pytest.mark.serve
 @pytest.mark.timeout(900)
 async def test_gym_serve_env_test_passes(serve_instance: None) -> None:

@@ -123,6 +123,11 @@ class Environment(Generic[TaskT, StateT]):
     `verifier_timeout` (masked), never as reward 0: how busy the machine is must not change a reward.
     Set per deployment with the environment's `verify_timeout_s` arg; an environment whose checks run
     elsewhere (math-verify's worker, the code sandbox) reads it to bound them."""
+    tool_turn_budget_s: ClassVar[float] = 240.0
+    """The wall time one model turn's tool calls may take together, below the Agent's `tier_call_timeout_s` (300 s
+    by default): a call that would start past it is not run, its output saying so, and a tool that runs something
+    slow cuts it at the budget (`turn_time_left`: a workspace's `bash` does). A turn of slow calls the policy chose
+    so ends in outputs it reads, never in a masked `transport_timeout`."""
     answer_key: ClassVar[str | None] = None
     """A verify field holding the model's extracted answer; when set, profiles report majority@k over it."""
     execute_tool_calls: ClassVar[bool] = True

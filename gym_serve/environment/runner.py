@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gym_serve.environment.core import Environment, Task, Verdict
-from gym_serve.environment.tools import STATE_PARAM, ToolSpec
+from gym_serve.environment.tools import STATE_PARAM, ToolSpec, tool_turn
 from gym_serve.errors import (
     EnvError,
     GymServeError,
@@ -110,15 +111,24 @@ class EnvRunner:
         return _dump(state)
 
     async def call_tools(self, calls: list[dict[str, Any]], state: State) -> tuple[list[dict[str, Any]], State]:
-        """Run the function calls of one model turn, in order, and return their outputs and the new state."""
+        """Run the function calls of one model turn, in order, and return their outputs and the new state; those that
+        would start past the environment's `tool_turn_budget_s` are answered, not run (a slow tool bounds itself by
+        `turn_time_left`: no timer per call on this path)."""
         try:
             live_state = self._load_state(state)
         except ValidationError as e:  # the rollout's state is broken: no tool can run, and the model cannot help
             raise ToolError(f"`{type(self.env).name()}`: the rollout's state is not a valid `State`: {e}") from e
+        budget = self.env.tool_turn_budget_s
         outputs = []
-        for call in calls:
-            text = await self._call_one(call, live_state)
-            outputs.append({"type": "function_call_output", "call_id": call.get("call_id", ""), "output": text})
+        with tool_turn(budget) as deadline:
+            for call in calls:
+                if time.monotonic() < deadline:
+                    text = await self._call_one(call, live_state)
+                else:
+                    text = (
+                        f"Error: not run: this turn's tool calls used their {budget:g} s. Make fewer or faster calls."
+                    )
+                outputs.append({"type": "function_call_output", "call_id": call.get("call_id", ""), "output": text})
         return outputs, _dump(live_state)
 
     async def user_turn(

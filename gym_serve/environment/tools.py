@@ -7,14 +7,20 @@ and its checks can never drift apart.
 
 A parameter named `state` is not an argument: it receives the rollout's state
 (see `Environment.seed`) and is left out of the schema.
+
+One model turn's calls share a time budget (`Environment.tool_turn_budget_s`): a
+tool that runs something slow bounds it by `turn_time_left()`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import inspect
 import json
 import re
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -22,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from gym_serve.wire.pieces import field_path
 
-__all__ = ["ToolSpec", "tool"]
+__all__ = ["ToolSpec", "tool", "tool_turn", "turn_time_left"]
 
 STATE_PARAM = "state"
 _TOOL_MARK = "__gym_serve_tool__"
@@ -37,6 +43,27 @@ def tool(fn: F) -> F:
         raise TypeError(f"@tool `{fn.__qualname__}` must be `async def`, got a plain function")
     setattr(fn, _TOOL_MARK, True)
     return fn
+
+
+_TURN_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("turn_deadline", default=None)
+
+
+@contextlib.contextmanager
+def tool_turn(budget_s: float) -> Iterator[float]:
+    """One model turn's tool calls, within `budget_s` of now: the deadline, which `turn_time_left` reads."""
+    deadline = time.monotonic() + budget_s
+    token = _TURN_DEADLINE.set(deadline)
+    try:
+        yield deadline
+    finally:
+        _TURN_DEADLINE.reset(token)
+
+
+def turn_time_left() -> float | None:
+    """Seconds left of the running turn's tool budget, for a tool that bounds its own work by it (a workspace's
+    `bash`); None outside a turn."""
+    deadline = _TURN_DEADLINE.get()
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def is_tool(obj: Any) -> bool:

@@ -27,7 +27,7 @@ from typing import ClassVar, Literal, TypeVar
 from pydantic import BaseModel, Field
 
 from gym_serve.environment.core import Environment, Task
-from gym_serve.environment.tools import tool
+from gym_serve.environment.tools import tool, turn_time_left
 from gym_serve.errors import EnvError, FailureKind, RolloutError, SessionLostError
 from gym_serve.sandbox import (
     Base,
@@ -167,9 +167,11 @@ class WorkspaceEnvironment(Environment[TaskT, WorkspaceT]):
         Args:
             command: The command, as you would type it in bash.
         """
+        left = turn_time_left()
+        timeout = self.limits.wall_s if left is None else max(0.1, min(self.limits.wall_s, left))
         with workspace_errors(f"`{type(self).name()}`: bash"):
-            result = await self.sandboxes.exec(state.sandbox, ["bash", "-c", command], timeout_s=self.limits.wall_s)
-        return format_exec(result, self.limits.wall_s)
+            result = await self.sandboxes.exec(state.sandbox, ["bash", "-c", command], timeout_s=timeout)
+        return format_exec(result, timeout)
 
     @tool
     async def str_replace_editor(
