@@ -30,11 +30,9 @@ built), and a replacement is started as soon as a worker is killed.
 
 from __future__ import annotations
 
-import asyncio
-import multiprocessing
-import weakref
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+
+from gym_serve.verifiers.worker import Worker
 
 __all__ = [
     "ANSWER_SHARE",
@@ -111,37 +109,7 @@ def _ready() -> bool:
     return is_equivalent("1", "\\boxed{1}")[0]
 
 
-class _Workers:
-    """A process pool that is thrown away and rebuilt when a call overruns its deadline.
-
-    Workers come from a fork server, never from forking the caller: a Serve
-    replica (or any process that has started Ray) runs gRPC threads, and a
-    child forked from it can die on their locks. The server preloads
-    `math_verify` (so a replacement worker starts fast) and not the caller's
-    `__main__`, which multiprocessing would otherwise re-import there.
-    """
-
-    def __init__(self) -> None:
-        self._pool: ProcessPoolExecutor | None = None
-
-    def pool(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(["math_verify"])
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
-        return self._pool
-
-    def reset(self) -> None:
-        """Kill the worker (and the check it runs) and start its replacement now, off any check's clock."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            for process in list(getattr(pool, "_processes", {}).values()):
-                process.kill()
-            pool.shutdown(wait=False, cancel_futures=True)
-        self.pool().submit(_ready)
-
-
-_workers = _Workers()
+_workers = Worker(["math_verify"], warm=_ready)
 
 
 def start_worker() -> None:
@@ -149,24 +117,12 @@ def start_worker() -> None:
     _workers.pool().submit(_ready).result()
 
 
-_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
-
-
-def _turn() -> asyncio.Semaphore:
-    """One check at a time in the worker: the deadline times the check, never its wait in a queue,
-    and killing an overrunning worker kills no other caller's check. One semaphore per event loop."""
-    loop = asyncio.get_running_loop()
-    if loop not in _turns:
-        _turns[loop] = asyncio.Semaphore(1)
-    return _turns[loop]
-
-
 async def verify_math(text: str, expected: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> MathResult:
     """Reward 1.0 when the boxed answer in `text` equals `expected` (math-verify), else 0.0; see the module doc."""
     boxed = extract_answer(text)
     if boxed is None or not boxed.strip():
         return MathResult(0.0, None)
-    async with _turn():
+    async with _workers.turn():
         checked = await _check(expected, text, timeout_s * ANSWER_SHARE)
         if checked is None:  # the answer's check overran: is it the answer, or the machine?
             pristine = "\\boxed{" + _strip_delimiters(expected) + "}"
@@ -177,15 +133,5 @@ async def verify_math(text: str, expected: str, *, timeout_s: float = DEFAULT_TI
 
 
 async def _check(expected: str, text: str, timeout_s: float) -> tuple[bool, str | None] | None:
-    """`is_equivalent` in the worker within `timeout_s`, or None when it overran (the worker is then replaced)."""
-    loop = asyncio.get_running_loop()
-    # a warm worker first (instant, unless a replacement is still starting): the deadline times the check alone
-    await loop.run_in_executor(_workers.pool(), _ready)
-    try:
-        return await asyncio.wait_for(loop.run_in_executor(_workers.pool(), is_equivalent, expected, text), timeout_s)
-    except TimeoutError:
-        _workers.reset()
-        return None
-    except asyncio.CancelledError:  # the caller's deadline came first: the check it abandons must not run on
-        _workers.reset()
-        raise
+    """`is_equivalent` in the worker within `timeout_s` (after a warm-up, off the clock), or None when it overran."""
+    return await _workers.call(is_equivalent, expected, text, timeout_s=timeout_s, before=(_ready,))

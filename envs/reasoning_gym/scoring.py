@@ -4,7 +4,7 @@ reasoning-gym's scorers run Python on the answer: `countdown` hands it to sympy'
 `<answer>9**9**9**9</answer>` computes for ever. In a thread it also holds the GIL, so the replica's event
 loop (every other rollout on it, and the deadline meant to stop it) stalls with it. Here the scorer runs in
 a worker process, started from a fork server (never a fork of a Serve replica, whose gRPC threads a child can
-die on; `gym_serve.verifiers.math` does the same), one scoring at a time, under a deadline.
+die on: `gym_serve.verifiers.worker`, as math-verify's checks), one scoring at a time, under a deadline.
 
 A scoring that overruns its deadline is the answer's or the machine's. The worker is killed and replaced, and
 the entry's own answer (pristine input, what a right answer would be) is scored within the rest of the
@@ -16,14 +16,12 @@ masked). Building a family's dataset in the worker (word lists, precomputation) 
 
 from __future__ import annotations
 
-import asyncio
-import multiprocessing
-import weakref
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import reasoning_gym
+
+from gym_serve.verifiers.worker import Worker
 
 from .generation import load_dataset
 
@@ -65,46 +63,14 @@ def _score(name: str, config: dict[str, Any] | None, answer: str | None, entry: 
         return Scored(0.0, f"{type(e).__name__}: {e}")
 
 
-class _Worker:
-    """One worker process, thrown away and replaced when a scoring overruns its deadline."""
-
-    def __init__(self) -> None:
-        self._pool: ProcessPoolExecutor | None = None
-
-    def pool(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(["reasoning_gym"])
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
-        return self._pool
-
-    def reset(self) -> None:
-        """Kill the worker (and the scoring it runs); the next call starts its replacement."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            for process in list(getattr(pool, "_processes", {}).values()):
-                process.kill()
-            pool.shutdown(wait=False, cancel_futures=True)
-
-
-_worker = _Worker()
-_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
-
-
-def _turn() -> asyncio.Semaphore:
-    """One scoring at a time in the worker: the deadline times the scoring, and killing an overrunning worker
-    kills no other caller's. One semaphore per event loop."""
-    loop = asyncio.get_running_loop()
-    if loop not in _turns:
-        _turns[loop] = asyncio.Semaphore(1)
-    return _turns[loop]
+_worker = Worker(["reasoning_gym"])
 
 
 async def score_answer(
     name: str, config: dict[str, Any] | None, answer: str | None, entry: dict[str, Any], *, timeout_s: float
 ) -> Scored:
     """The family's score of `answer` on `entry`, within `timeout_s` (see the module docstring)."""
-    async with _turn():
+    async with _worker.turn():
         scored = await _run(name, config, answer, entry, timeout_s * ANSWER_SHARE)
         if scored is not None:
             return scored
@@ -117,16 +83,8 @@ async def score_answer(
 async def _run(
     name: str, config: dict[str, Any] | None, answer: str | None, entry: dict[str, Any], timeout_s: float
 ) -> Scored | None:
-    """`_score` in the worker within `timeout_s`, or None when it overran (the worker is then replaced)."""
-    loop = asyncio.get_running_loop()
-    await loop.run_in_executor(_worker.pool(), _prepare, name, config)  # a started worker and a built dataset first
-    try:
-        return await asyncio.wait_for(
-            loop.run_in_executor(_worker.pool(), _score, name, config, answer, entry), timeout_s
-        )
-    except TimeoutError:
-        _worker.reset()
-        return None
-    except asyncio.CancelledError:  # the caller's deadline came first: the scoring it abandons must not run on
-        _worker.reset()
-        raise
+    """`_score` in the worker within `timeout_s` (its dataset built first, off the clock), or None when it
+    overran."""
+    return await _worker.call(
+        _score, name, config, answer, entry, timeout_s=timeout_s, before=(_prepare, name, config)
+    )
