@@ -63,10 +63,11 @@ _local_providers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LocalProv
 
 def local_provider() -> LocalProvider:
     """This process's sandbox provider on the running event loop (made on first use; its keeper and every sandbox of
-    it end with the process). Environments outside Serve (tests, `gym-serve env test`'s in-process checks) use it."""
+    it end with the process). Environments outside Serve (tests, `gym-serve env test`'s in-process checks) use it.
+    One its user closed is replaced, so a later user on the same loop is never handed a closed provider."""
     loop = asyncio.get_running_loop()
     provider = _local_providers.get(loop)
-    if provider is None:
+    if provider is None or provider.closed:
         provider = _local_providers[loop] = LocalProvider()
     return provider
 

@@ -147,6 +147,11 @@ class LocalProvider:
 
     # ---- lifecycle -----------------------------------------------------------------------------------------------
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close` ran (or the process's exit did): nothing more can be made with it."""
+        return self._closed
+
     async def __aenter__(self) -> LocalProvider:
         await self.start()
         return self
