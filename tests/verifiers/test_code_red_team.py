@@ -518,7 +518,9 @@ async def hostile_harness_through_serve(harness: str, secret: str) -> dict[str, 
 
 def assert_served(rewards: dict[str, dict[str, Any]], solutions: dict[str, str]) -> None:
     expected = {"correct": 1.0, **dict.fromkeys(set(solutions) - {"correct"}, 0.0)}
-    assert rewards == dict.fromkeys(MODES, expected), rewards
+    assert set(rewards) == set(MODES) and all(set(r) == set(expected) for r in rewards.values()), rewards
+    wrong = {mode: {kind: r[kind] for kind in r if r[kind] != expected[kind]} for mode, r in rewards.items()}
+    assert not any(wrong.values()), f"scored other than expected: {wrong}"
 
 
 @pytest.mark.serve
